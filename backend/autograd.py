@@ -1,0 +1,41 @@
+"""Step 8, autograd.
+
+PyTorch's own derivative formulas are registered for every Autograd<Backend> key
+through the Autograd alias, so training works on sim without any registration.
+A vendor overrides `AutogradPrivateUse1` when its device computes an operator's
+gradient differently (a fused kernel, say). The worked example here does that
+for `aten::silu`: the forward saves its output and its sigmoid, and the backward
+uses them instead of recomputing the sigmoid, as a fused device kernel would.
+"""
+from __future__ import annotations
+
+import torch
+
+_library: torch.library.Library | None = None
+
+
+class _SiluWithSavedSigmoid(torch.autograd.Function):
+    @staticmethod
+    def forward(context, input: torch.Tensor) -> torch.Tensor:
+        with torch._C._AutoDispatchBelowAutograd():
+            sigmoid = torch.sigmoid(input)
+            output = input * sigmoid
+        context.save_for_backward(output, sigmoid)
+        return output
+
+    @staticmethod
+    def backward(context, grad_output: torch.Tensor) -> torch.Tensor:
+        output, sigmoid = context.saved_tensors
+        # d/dx x*s(x) = s + x*s*(1-s) = s * (1 + x - x*s) = s + output * (1 - s)
+        return grad_output * (sigmoid + output * (1 - sigmoid))
+
+
+def silu_autograd_kernel(input: torch.Tensor) -> torch.Tensor:
+    """The AutogradPrivateUse1 kernel of aten::silu on sim."""
+    return _SiluWithSavedSigmoid.apply(input)
+
+
+def install() -> None:
+    global _library
+    _library = torch.library.Library("aten", "IMPL")
+    _library.impl("silu", silu_autograd_kernel, "AutogradPrivateUse1")

@@ -1,0 +1,112 @@
+"""Step 1, device module: rename PrivateUse1 to `sim` and register `torch.sim`.
+
+`torch.sim` is this module. It starts with the device basics; every later step
+adds its own functions to it (memory statistics, streams, seeds, autocast), the
+way a vendor's `torch.<device>` grows during a bring-up.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+import torch
+
+import backend
+
+NAME = "sim"
+
+
+def _runtime():
+    from backend.runtime_build import load_runtime
+
+    return load_runtime()
+
+
+def is_available() -> bool:
+    """True once the runtime (the hooks step) is installed and there is at least one device."""
+    return "hooks" in backend.installed_steps() and _runtime().device_count() > 0
+
+
+def is_initialized() -> bool:
+    return is_available()
+
+
+def _lazy_init() -> None:
+    """PyTorch calls this before it touches a device; sim has nothing to do lazily."""
+
+
+def device_count() -> int:
+    """How many sim devices this process has (SIM_DEVICE_COUNT, default 2)."""
+    return _runtime().device_count() if "hooks" in backend.installed_steps() else 0
+
+
+def _device_index(device: Any = None, optional: bool = True) -> int:
+    if device is None:
+        return current_device()
+    if isinstance(device, int):
+        index = device
+    else:
+        device = torch.device(device)
+        if device.type != NAME:
+            raise ValueError(f"expected a sim device, got {device}")
+        index = current_device() if device.index is None else device.index
+    if not 0 <= index < device_count():
+        raise IndexError(
+            f"sim:{index} does not exist: this process has {device_count()} sim device(s). "
+            "Use a smaller index or set SIM_DEVICE_COUNT before the backend starts."
+        )
+    return index
+
+
+def current_device() -> int:
+    backend.require("guard")
+    return _runtime().current_device()
+
+
+def set_device(device: Any) -> None:
+    """Make `device` the current sim device of this thread."""
+    backend.require("guard")
+    _runtime().set_device(_device_index(device))
+
+
+def synchronize(device: Any = None) -> None:
+    """Wait for all work on the device; sim computes synchronously, so this only checks the index."""
+    _device_index(device)
+
+
+class device:
+    """Context manager that makes a sim device current, like torch.cuda.device."""
+
+    def __init__(self, device: Any):
+        self.index = -1 if device is None else _device_index(device)
+        self.previous = -1
+
+    def __enter__(self) -> None:
+        if self.index >= 0:
+            self.previous = current_device()
+            set_device(self.index)
+
+    def __exit__(self, *exc_info: Any) -> None:
+        if self.index >= 0:
+            set_device(self.previous)
+
+
+def get_device_name(device: Any = None) -> str:
+    return f"Simulated accelerator {_device_index(device)}"
+
+
+def export(*functions: Callable | type, **named: Any) -> None:
+    """Add functions to torch.sim; the later steps call this as they are installed."""
+    module = sys.modules[__name__]
+    for function in functions:
+        setattr(module, function.__name__, function)
+    for name, value in named.items():
+        setattr(module, name, value)
+
+
+def install() -> None:
+    torch.utils.rename_privateuse1_backend(NAME)
+    torch._register_device_module(NAME, sys.modules[__name__])
+    torch.utils.generate_methods_for_privateuse1_backend(
+        for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=False
+    )

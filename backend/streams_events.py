@@ -1,0 +1,72 @@
+"""Step 6, streams and events.
+
+The device guard hands out stream ids (a default stream per device, a pool, and
+new streams) and records events with a host timestamp. sim runs every kernel
+synchronously, so a stream is always idle and an event is complete once
+recorded; the API behaves as torch.cuda's does, timing included.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+import torch
+
+from backend.device_module import _device_index, export
+from backend.runtime_build import load_runtime
+
+
+_PRIVATEUSE1_DEVICE_TYPE = 20  # c10::DeviceType::PrivateUse1
+
+
+class Stream(torch.Stream):
+    """A sim stream, as torch.cuda.Stream is a CUDA stream."""
+
+    def __new__(cls, device: Any = None, priority: int = 0, **kwargs: Any) -> "Stream":
+        if "stream_id" in kwargs:
+            return super().__new__(cls, **kwargs)
+        return super().__new__(cls, device=torch.device("sim", _device_index(device)), priority=priority)
+
+
+class Event(torch.Event):
+    """A sim event: record it on a stream, wait for it, time between two of them."""
+
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> "Event":
+        return super().__new__(cls, device=torch.device("sim", current_device_index()),
+                               enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
+
+
+def current_device_index() -> int:
+    return load_runtime().current_device()
+
+
+def current_stream(device: Any = None) -> torch.Stream:
+    return torch.accelerator.current_stream(_device_index(device))
+
+
+def default_stream(device: Any = None) -> torch.Stream:
+    index = _device_index(device)
+    return torch.Stream(stream_id=0, device_index=index, device_type=_PRIVATEUSE1_DEVICE_TYPE)
+
+
+def set_stream(stream: torch.Stream) -> None:
+    torch.accelerator.set_stream(stream)
+
+
+@contextlib.contextmanager
+def stream(selected: torch.Stream | None) -> Iterator[None]:
+    """Make `selected` the current stream of its device inside the block (None: no change)."""
+    if selected is None:
+        yield
+        return
+    previous = torch.accelerator.current_stream(selected.device_index)
+    torch.accelerator.set_stream(selected)
+    try:
+        yield
+    finally:
+        torch.accelerator.set_stream(previous)
+
+
+def install() -> None:
+    load_runtime().install_streams_events()
+    export(Stream, Event, current_stream, default_stream, set_stream, stream)

@@ -31,6 +31,11 @@ def is_initialized() -> bool:
     return is_available()
 
 
+def _is_in_bad_fork() -> bool:
+    """sim keeps no state that a fork breaks."""
+    return False
+
+
 def _lazy_init() -> None:
     """PyTorch calls this before it touches a device; sim has nothing to do lazily."""
 

@@ -29,7 +29,7 @@ NATIVE_OPERATORS: tuple[str, ...] = (
     "tanh.out", "tanh_backward", "sigmoid", "sigmoid.out", "sigmoid_backward", "abs", "abs.out", "clamp",
     "clamp_min", "clamp_max", "where.self", "where.self_out", "addcmul_", "addcdiv_", "lerp_.Scalar",
     "maximum", "minimum", "eq.Tensor", "eq.Scalar", "ne.Scalar", "gt.Scalar", "lt.Scalar", "ge.Scalar",
-    "le.Scalar", "masked_fill_.Scalar", "fill_.Scalar", "zero_",
+    "le.Scalar", "masked_fill_.Scalar", "all.out", "isneginf.out", "fill_.Scalar", "zero_",
     # activations and their gradients
     "relu", "relu_", "threshold_backward", "gelu", "gelu.out", "gelu_backward", "silu", "silu.out",
     "silu_backward",
@@ -47,7 +47,7 @@ NATIVE_OPERATORS: tuple[str, ...] = (
     "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "avg_pool2d", "avg_pool2d_backward",
     "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward", "embedding_dense_backward", "index_select",
     "native_dropout", "native_dropout_backward", "bernoulli_.float", "uniform_", "normal_",
-    "index.Tensor", "cat", "cat.out", "gather", "scatter_add", "clone", "_to_copy",
+    "index.Tensor", "cat", "cat.out", "gather", "scatter_add", "clone",
     # attention on the host path
     "_fused_sdp_choice", "_scaled_dot_product_flash_attention_for_cpu",
     "_scaled_dot_product_flash_attention_for_cpu_backward",

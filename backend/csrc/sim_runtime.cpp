@@ -491,33 +491,46 @@ void SimHooks::resizePrivateUse1Bytes(const c10::Storage& storage, size_t new_by
 }
 
 // ------------------------------------------------------- host computation
-// A CPU tensor that shares the storage of a sim tensor: host kernels compute on
-// device memory in place, with no copy.
-struct HostAliasImpl final : c10::TensorImpl {
-  explicit HostAliasImpl(const at::Tensor& device_tensor)
-      : c10::TensorImpl(c10::Storage(device_tensor.storage()), c10::DispatchKeySet(c10::DispatchKey::CPU),
-                        device_tensor.dtype()) {
-    device_opt_ = c10::Device(c10::kCPU);
-    set_sizes_and_strides(device_tensor.sizes(), device_tensor.strides(), device_tensor.storage_offset());
-    if (device_tensor.is_conj()) _set_conj(true);
-    if (device_tensor.is_neg()) _set_neg(true);
-  }
-};
+// Host kernels compute on device memory in place: a sim tensor is shown to them as
+// a CPU tensor whose storage points at the same bytes (and keeps the device
+// storage alive), so nothing is copied in either direction.
+static void release_storage_reference(void* context) { delete static_cast<c10::Storage*>(context); }
+
+static c10::Storage host_view_of_storage(const c10::Storage& device_storage) {
+  auto* keep_alive = new c10::Storage(device_storage);
+  c10::DataPtr data(device_storage.unsafeGetStorageImpl()->mutable_data(), keep_alive, &release_storage_reference,
+                    c10::Device(c10::kCPU));
+  return c10::Storage(c10::Storage::use_byte_size_t(), device_storage.nbytes(), std::move(data),
+                      &g_redirecting_cpu_allocator, device_storage.resizable());
+}
+
+static at::Tensor tensor_on_storage(c10::Storage storage, c10::DispatchKey key, const at::Tensor& geometry) {
+  auto result = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key),
+                                                         geometry.dtype());
+  result.unsafeGetTensorImpl()->set_sizes_and_strides(geometry.sizes(), geometry.strides(),
+                                                      geometry.storage_offset());
+  if (geometry.is_conj()) result._set_conj(true);
+  if (geometry.is_neg()) result._set_neg(true);
+  return result;
+}
+
+static void check_strided(const at::Tensor& t) {
+  TORCH_CHECK(t.layout() == c10::kStrided, "sim supports strided tensors only, got layout ", t.layout());
+}
 
 static at::Tensor host_alias(const at::Tensor& t) {
   if (!t.defined() || t.device().type() != kSim) return t;
-  TORCH_CHECK(t.layout() == c10::kStrided, "sim supports strided tensors only, got layout ", t.layout());
-  return at::Tensor(c10::make_intrusive<HostAliasImpl>(t));
+  check_strided(t);
+  return tensor_on_storage(host_view_of_storage(t.storage()), c10::DispatchKey::CPU, t);
 }
 
+// Takes over a host tensor whose bytes the sim allocator handed out (a fresh output
+// of a host kernel) as a sim tensor, without copying.
 static at::Tensor wrap_device_storage(const at::Tensor& host, c10::Device device) {
   auto* storage = host.storage().unsafeGetStorageImpl();
   storage->mutable_data_ptr().unsafe_set_device(device);
   storage->set_allocator(&g_allocator);
-  auto result = at::detail::make_tensor<c10::TensorImpl>(
-      c10::Storage(host.storage()), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), host.dtype());
-  result.unsafeGetTensorImpl()->set_sizes_and_strides(host.sizes(), host.strides(), host.storage_offset());
-  return result;
+  return tensor_on_storage(host.storage(), c10::DispatchKey::PrivateUse1, host);
 }
 
 // Everything a host kernel needs to compute for one device.
@@ -533,7 +546,7 @@ struct HostScope {
 
 static at::Tensor to_device(const at::Tensor& host, c10::Device device) {
   if (!host.defined() || host.device().type() == kSim) return host;
-  TORCH_CHECK(host.layout() == c10::kStrided, "sim supports strided tensors only, got layout ", host.layout());
+  check_strided(host);
   if (is_sim_memory(host.storage())) return wrap_device_storage(host, device);
   at::Tensor result = at::detail::empty_strided_generic(host.sizes(), host.strides(), &g_allocator,
                                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
@@ -590,6 +603,73 @@ struct DeviceOfArguments {
   }
 };
 
+// The host aliases of one operator call, and the way back from host results to
+// sim tensors: the argument itself (in-place and out= results), a view of an
+// argument's storage, a fresh output in sim memory, or else a copy.
+struct HostAliases {
+  struct Entry {
+    at::Tensor device_tensor;
+    at::Tensor host_tensor;
+  };
+  std::vector<Entry> entries;
+  std::vector<std::pair<c10::StorageImpl*, c10::Storage>> storages;  // host storage -> device storage
+
+  at::Tensor add(const at::Tensor& t) {
+    if (!t.defined() || t.device().type() != kSim) return t;
+    check_strided(t);
+    c10::Storage host_storage;
+    for (auto& [host, device_storage] : storages)
+      if (device_storage.unsafeGetStorageImpl() == t.storage().unsafeGetStorageImpl()) {
+        host_storage = c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(host));
+        break;
+      }
+    if (!host_storage) {
+      host_storage = host_view_of_storage(t.storage());
+      storages.emplace_back(host_storage.unsafeGetStorageImpl(), t.storage());
+    }
+    at::Tensor host = tensor_on_storage(std::move(host_storage), c10::DispatchKey::CPU, t);
+    entries.push_back({t, host});
+    return host;
+  }
+
+  // An out= kernel may have resized its output: the device tensor takes the new
+  // bytes and geometry over.
+  void write_back_resizes(c10::Device device) {
+    for (auto& [host_impl, device_storage] : storages) {
+      if (host_impl->data() == device_storage.data() && host_impl->nbytes() == device_storage.nbytes()) continue;
+      auto* device_impl = device_storage.unsafeGetStorageImpl();
+      if (host_impl->data_ptr().get_deleter() == &sim_free) {
+        c10::DataPtr moved = host_impl->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::kCPU)));
+        moved.unsafe_set_device(device);
+        device_impl->set_data_ptr_noswap(std::move(moved));
+        device_impl->set_nbytes(host_impl->nbytes());
+      } else {
+        grow_storage(device_storage, host_impl->nbytes());
+        std::memcpy(device_impl->mutable_data(), host_impl->data(), host_impl->nbytes());
+      }
+    }
+    for (auto& entry : entries) {
+      auto* host_impl = entry.host_tensor.unsafeGetTensorImpl();
+      auto* device_impl = entry.device_tensor.unsafeGetTensorImpl();
+      if (host_impl->sizes() != device_impl->sizes() || host_impl->strides() != device_impl->strides() ||
+          host_impl->storage_offset() != device_impl->storage_offset())
+        device_impl->set_sizes_and_strides(host_impl->sizes(), host_impl->strides(), host_impl->storage_offset());
+    }
+  }
+
+  at::Tensor back_to_device(const at::Tensor& host, c10::Device device) {
+    if (!host.defined() || host.device().type() == kSim) return host;
+    for (auto& entry : entries)
+      if (entry.host_tensor.unsafeGetTensorImpl() == host.unsafeGetTensorImpl()) return entry.device_tensor;
+    if (host.layout() == c10::kStrided && host.has_storage()) {
+      for (auto& [host_storage, device_storage] : storages)
+        if (host_storage == host.storage().unsafeGetStorageImpl())
+          return tensor_on_storage(device_storage, c10::DispatchKey::PrivateUse1, host);
+    }
+    return to_device(host, device);
+  }
+};
+
 // Runs an operator's host (CPU) kernel on device memory: the boxed kernel behind
 // the per-op native kernels and the fallback alike.
 static void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -618,13 +698,8 @@ static void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* st
       "' has no sim kernel and no host kernel to fall back to. Register a kernel for PrivateUse1 "
       "with torch.library.impl('", entry.name, "', 'PrivateUse1').");
 
-  std::vector<std::pair<c10::TensorImpl*, at::Tensor>> aliases;
-  auto alias = [&](const at::Tensor& t) {
-    if (!t.defined() || t.device().type() != kSim) return t;
-    at::Tensor host = host_alias(t);
-    aliases.emplace_back(host.unsafeGetTensorImpl(), t);
-    return host;
-  };
+  HostAliases aliases;
+  auto alias = [&](const at::Tensor& t) { return aliases.add(t); };
   for (size_t i = 0; i < arguments.size(); ++i) {
     c10::IValue& value = (*stack)[first + i];
     if (value.isTensor()) {
@@ -656,12 +731,8 @@ static void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* st
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
   }
 
-  auto back = [&](const at::Tensor& host) -> at::Tensor {
-    if (!host.defined()) return host;
-    for (auto& [impl, original] : aliases)
-      if (impl == host.unsafeGetTensorImpl()) return original;
-    return to_device(host, device);
-  };
+  aliases.write_back_resizes(device);
+  auto back = [&](const at::Tensor& host) { return aliases.back_to_device(host, device); };
   const size_t returns = op.schema().returns().size();
   for (size_t i = stack->size() - returns; i < stack->size(); ++i) {
     c10::IValue& value = (*stack)[i];

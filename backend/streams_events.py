@@ -28,12 +28,13 @@ class Stream(torch.Stream):
         return super().__new__(cls, device=torch.device("sim", _device_index(device)), priority=priority)
 
 
-class Event(torch.Event):
-    """A sim event: record it on a stream, wait for it, time between two of them."""
+def Event(enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> torch.Event:
+    """A torch.Event on the current sim device: record it on a stream, wait for it, time between two of them.
 
-    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> "Event":
-        return super().__new__(cls, device=torch.device("sim", current_device_index()),
-                               enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
+    A function rather than a subclass: torch.Event.elapsed_time accepts only torch.Event itself.
+    """
+    return torch.Event(device=torch.device("sim", current_device_index()), enable_timing=enable_timing,
+                       blocking=blocking, interprocess=interprocess)
 
 
 def current_device_index() -> int:

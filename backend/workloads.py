@@ -64,10 +64,10 @@ WORKLOADS: dict[str, Workload] = {
 
 def train(name: str, device: str | torch.device, steps: int = 3, seed: int = 0,
           optimizer: str = "adam") -> tuple[list[float], nn.Module]:
-    """Train a reference model for a few steps on `device`; the same seed gives the same run on any device.
+    """Fit a reference model to one fixed batch for a few steps on `device`.
 
-    Dropout is off (eval-free determinism across devices needs it): the model is
-    built with its dropout layers set to p=0.
+    The same seed gives the same run on any device, so losses and weights can be
+    compared with CPU; that is also why dropout is set to p=0.
     """
     workload = WORKLOADS[name]
     torch.manual_seed(seed)
@@ -80,11 +80,10 @@ def train(name: str, device: str | torch.device, steps: int = 3, seed: int = 0,
     model = model.to(device)
     make_optimizer = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}[optimizer]
     opt = make_optimizer(model.parameters(), lr=1e-2)
-    data_generator = torch.Generator().manual_seed(seed)
+    inputs, targets = workload.make_batch(torch.Generator().manual_seed(seed))
+    inputs, targets = inputs.to(device), targets.to(device)
     losses = []
     for _ in range(steps):
-        inputs, targets = workload.make_batch(data_generator)
-        inputs, targets = inputs.to(device), targets.to(device)
         opt.zero_grad()
         loss = nn.functional.cross_entropy(model(inputs), targets)
         loss.backward()

@@ -298,7 +298,12 @@ struct SimGenerator final : c10::GeneratorImpl {
   uint64_t get_offset() const override { return host->get_offset(); }
   uint64_t current_seed() const override { return host->current_seed(); }
   uint64_t seed() override { return host->seed(); }
-  void set_state(const c10::TensorImpl& new_state) override { host->set_state(new_state); }
+  void set_state(const c10::TensorImpl& new_state) override {
+    int64_t expected = host->get_state()->numel();
+    TORCH_CHECK(new_state.numel() == expected, "sim: an RNG state is ", expected,
+                " bytes (as get_rng_state() returns it), got ", new_state.numel(), " bytes");
+    host->set_state(new_state);
+  }
   c10::intrusive_ptr<c10::TensorImpl> get_state() const override { return host->get_state(); }
   static c10::DeviceType device_type() { return kSim; }
 
@@ -314,12 +319,47 @@ struct SimGenerator final : c10::GeneratorImpl {
 static std::vector<at::Generator> g_default_generators;
 static std::atomic<bool> g_generator_installed{false};
 
+static const at::Generator& default_generator(DeviceIndex device);
+
+static void swap_generator_states(at::CPUGeneratorImpl* a, at::CPUGeneratorImpl* b) {
+  std::scoped_lock lock(a->mutex_, b->mutex_);
+  auto engine = a->engine();
+  a->set_engine(b->engine());
+  b->set_engine(engine);
+  auto next_float = a->next_float_normal_sample();
+  a->set_next_float_normal_sample(b->next_float_normal_sample());
+  b->set_next_float_normal_sample(next_float);
+  auto next_double = a->next_double_normal_sample();
+  a->set_next_double_normal_sample(b->next_double_normal_sample());
+  b->set_next_double_normal_sample(next_double);
+}
+
+// Host kernels of random operators draw from the host's default generator, also in
+// the sub-operations they call; while one computes for a sim device, that generator
+// holds the device generator's state.
+struct DeviceRandomScope {
+  at::CPUGeneratorImpl* host_default = nullptr;
+  at::CPUGeneratorImpl* device_host = nullptr;
+  DeviceRandomScope(bool active, DeviceIndex device);
+  ~DeviceRandomScope() {
+    if (host_default != nullptr) swap_generator_states(host_default, device_host);
+  }
+};
+
 static const at::Generator& default_generator(DeviceIndex device) {
   TORCH_CHECK(g_generator_installed.load(),
               "sim has no random number generator yet: the 'generator' step of the bring-up is not installed.");
   if (device < 0) device = t_current_device;
   check_device_index(device);
   return g_default_generators[device];
+}
+
+DeviceRandomScope::DeviceRandomScope(bool active, DeviceIndex device) {
+  if (!active || !g_generator_installed.load()) return;
+  host_default = at::check_generator<at::CPUGeneratorImpl>(at::detail::getDefaultCPUGenerator());
+  auto* device_generator = dynamic_cast<SimGenerator*>(default_generator(device).unsafeGetGeneratorImpl());
+  device_host = device_generator->host.get();
+  swap_generator_states(host_default, device_host);
 }
 
 static at::Generator host_generator_for(const at::Generator& generator) {
@@ -558,7 +598,7 @@ static at::Tensor to_device(const at::Tensor& host, c10::Device device) {
 struct OperatorEntry {
   std::string name;
   bool has_host_kernel = false;
-  bool checked_host_kernel = false;
+  bool is_random = false;
   std::vector<int> generator_arguments;  // Generator? arguments, filled in from the device generator
 };
 static std::mutex g_operator_entries_mutex;
@@ -577,6 +617,7 @@ static OperatorEntry& operator_entry(const c10::OperatorHandle& op) {
         type = type->castRaw<c10::OptionalType>()->getElementType();
       if (type->kind() == c10::TypeKind::GeneratorType) entry.generator_arguments.push_back(static_cast<int>(i));
     }
+    entry.is_random = op.hasTag(at::Tag::nondeterministic_seeded);
     entry.has_host_kernel = op.hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
                             op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
                             op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) ||
@@ -720,7 +761,9 @@ static void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* st
   for (int index : entry.generator_arguments) {
     c10::IValue& value = (*stack)[first + index];
     if (value.isNone()) {
-      if (g_generator_installed.load()) value = host_generator_for(default_generator(device.index()));
+      // Random operators already draw from the device's state through DeviceRandomScope.
+      if (g_generator_installed.load() && !entry.is_random)
+        value = host_generator_for(default_generator(device.index()));
     } else if (value.isGenerator() && value.toGenerator().device().type() == kSim) {
       value = host_generator_for(value.toGenerator());
     }
@@ -728,6 +771,7 @@ static void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* st
 
   {
     HostScope scope(device);
+    DeviceRandomScope random(entry.is_random, device.index());
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
   }
 
@@ -966,6 +1010,12 @@ void install_allocator() {
   c10::SetCPUAllocator(&g_redirecting_cpu_allocator, /*priority=*/100);
 }
 
+at::Tensor sim_refuse_sparse(c10::IntArrayRef, std::optional<c10::ScalarType>, std::optional<c10::Layout> layout,
+                             std::optional<c10::Device>, std::optional<bool>, std::optional<c10::MemoryFormat>) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "sim supports strided (dense) tensors only, got layout ",
+                              layout.value_or(c10::kSparse), "; create the tensor on the CPU instead.");
+}
+
 void install_minimal_operators() {
   auto& m = new_library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __LINE__);
   m.impl("empty.memory_format", TORCH_FN(sim_empty));
@@ -983,6 +1033,8 @@ void install_minimal_operators() {
   m.impl("set_", TORCH_FN(sim_set_empty));
   m.impl("convolution_overrideable", TORCH_FN(sim_convolution_overrideable));
   m.impl("convolution_backward_overrideable", TORCH_FN(sim_convolution_backward_overrideable));
+  auto& sparse = new_library(torch::Library::IMPL, "aten", c10::DispatchKey::SparsePrivateUse1, __LINE__);
+  sparse.impl("empty.memory_format", TORCH_FN(sim_refuse_sparse));
 }
 
 void install_native_kernels(const std::vector<std::string>& operator_names) {

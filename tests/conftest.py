@@ -1,0 +1,36 @@
+"""Shared test set-up: the sim backend is autoloaded by `import torch`; fallback warnings are off by default."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--run-slow", action="store_true", help="also run the long sweeps marked slow")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--run-slow") or os.environ.get("SIM_FULL_OPINFO") == "1":
+        return
+    skip_slow = pytest.mark.skip(reason="a long sweep: run with --run-slow or SIM_FULL_OPINFO=1")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip_slow)
+
+
+@pytest.fixture(autouse=True)
+def silent_fallback():
+    """Tests that look at fallback warnings set the policy themselves; the rest run silently."""
+    torch.sim.set_fallback_policy("silent")
+    yield
+    torch.sim.set_fallback_policy("silent")
+
+
+def run_python(code: str, timeout: float = 180, **environment: str) -> subprocess.CompletedProcess:
+    """Run `code` in a fresh interpreter with extra environment variables; never raises on failure."""
+    env = {**os.environ, "SIM_FALLBACK": "silent", **environment}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)

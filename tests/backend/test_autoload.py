@@ -1,0 +1,28 @@
+"""Step 11: `import torch` loads sim through the torch.backends entry point, unless turned off."""
+from importlib.metadata import entry_points
+
+from tests.conftest import run_python
+
+
+def test_entry_point_is_declared():
+    names = {entry.name: entry.value for entry in entry_points(group="torch.backends")}
+    assert names.get("sim") == "backend.autoload:initialize"
+
+
+def test_import_torch_alone_brings_sim_up():
+    result = run_python("import sys, torch; print(torch.ones(2, device='sim:1')); print('backend' in sys.modules)")
+    assert result.returncode == 0, result.stderr
+    assert "tensor([1., 1.], device='sim:1')" in result.stdout
+    assert result.stdout.split()[-1] == "True"
+
+
+def test_autoload_can_be_turned_off():
+    result = run_python("import torch; print(hasattr(torch, 'sim'))", TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
+
+
+def test_importing_backend_first_is_harmless():
+    result = run_python("import backend, torch; backend.bring_up(); print(backend.installed_steps()[-1])")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "autoload"

@@ -48,9 +48,6 @@ NATIVE_OPERATORS: tuple[str, ...] = (
     "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward", "embedding_dense_backward", "index_select",
     "native_dropout", "native_dropout_backward", "bernoulli_.float", "uniform_", "normal_",
     "index.Tensor", "cat", "cat.out", "gather", "scatter_add", "clone",
-    # attention on the host path
-    "_fused_sdp_choice", "_scaled_dot_product_flash_attention_for_cpu",
-    "_scaled_dot_product_flash_attention_for_cpu_backward",
     # optimizers (foreach kernels)
     "_foreach_add_.List", "_foreach_add_.Scalar", "_foreach_mul_.Scalar", "_foreach_mul_.Tensor",
     "_foreach_lerp_.Scalar", "_foreach_addcmul_.Scalar", "_foreach_addcdiv_.ScalarList", "_foreach_sqrt",

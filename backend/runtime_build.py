@@ -1,4 +1,7 @@
-"""Compiles the C++ runtime core once, caches it, and loads it fast afterwards.
+"""Compiles C++ extension modules once, caches them, and loads them fast afterwards.
+
+Used for the sim runtime core (`load_runtime()`) and for the explorer's small
+native helpers (`load_extension()`).
 
 The cache key is the source text, the torch version and the Python ABI, so a
 changed source or a new torch rebuilds; an unchanged one loads the shared
@@ -30,33 +33,33 @@ def cache_directory() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sim-backend"
 
 
-def _build_key() -> str:
+def _build_key(source: Path) -> str:
     import torch
 
-    digest = hashlib.sha256(SOURCE.read_bytes())
+    digest = hashlib.sha256(source.read_bytes())
     digest.update(torch.__version__.encode())
     digest.update(sys.version.encode())
     return digest.hexdigest()[:16]
 
 
-def library_path() -> Path:
-    return cache_directory() / _build_key() / f"{MODULE_NAME}.so"
+def library_path(name: str = MODULE_NAME, source: Path = SOURCE) -> Path:
+    return cache_directory() / _build_key(source) / f"{name}.so"
 
 
-def _import_library(path: Path) -> ModuleType:
-    loader = importlib.machinery.ExtensionFileLoader(MODULE_NAME, str(path))
-    spec = importlib.util.spec_from_file_location(MODULE_NAME, str(path), loader=loader)
+def _import_library(name: str, path: Path) -> ModuleType:
+    loader = importlib.machinery.ExtensionFileLoader(name, str(path))
+    spec = importlib.util.spec_from_file_location(name, str(path), loader=loader)
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
     return module
 
 
-def _compile(build_directory: Path) -> None:
+def _compile(name: str, source: Path, build_directory: Path) -> None:
     from torch.utils import cpp_extension
 
     build_directory.mkdir(parents=True, exist_ok=True)
     print(
-        f"sim: compiling the C++ runtime core into {build_directory} (about a minute, once)...",
+        f"compiling the C++ module {name} into {build_directory} (up to a minute, once)...",
         file=sys.stderr,
         flush=True,
     )
@@ -68,8 +71,8 @@ def _compile(build_directory: Path) -> None:
             os.dup2(log_file.fileno(), 2)
             try:
                 cpp_extension.load(
-                    name=MODULE_NAME,
-                    sources=[str(SOURCE)],
+                    name=name,
+                    sources=[str(source)],
                     extra_cflags=["-O2"],
                     build_directory=str(build_directory),
                     verbose=True,
@@ -81,18 +84,23 @@ def _compile(build_directory: Path) -> None:
                 os.close(saved_err)
     except Exception as error:
         raise RuntimeBuildError(
-            f"sim: the C++ runtime core did not compile ({type(error).__name__}); "
+            f"the C++ module {name} did not compile ({type(error).__name__}); "
             f"the compiler log is {log}"
         ) from None
 
 
-def load_runtime() -> ModuleType:
-    """Return the compiled runtime module, compiling it first if it is not cached."""
-    if MODULE_NAME in sys.modules:
-        return sys.modules[MODULE_NAME]
-    path = library_path()
+def load_extension(name: str, source: Path) -> ModuleType:
+    """Return the compiled module built from `source`, compiling it first if it is not cached."""
+    if name in sys.modules:
+        return sys.modules[name]
+    path = library_path(name, source)
     if not path.exists():
-        _compile(path.parent)
-    module = _import_library(path)
-    sys.modules[MODULE_NAME] = module
+        _compile(name, source, path.parent)
+    module = _import_library(name, path)
+    sys.modules[name] = module
     return module
+
+
+def load_runtime() -> ModuleType:
+    """Return the sim runtime core, compiling it first if it is not cached."""
+    return load_extension(MODULE_NAME, SOURCE)

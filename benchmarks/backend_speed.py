@@ -1,0 +1,102 @@
+"""Speed of the sim backend, as ratios to CPU eager measured in the same run.
+
+Each figure is the median of several repeats. Run: `make benchmark`
+(or `python benchmarks/backend_speed.py` in the project's virtualenv).
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Callable
+
+import torch
+
+from backend import workloads
+
+REPEATS = 7
+
+
+def median_seconds(work: Callable[[], object], repeats: int = REPEATS) -> float:
+    work()  # warm-up
+    timings = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        work()
+        timings.append(time.perf_counter() - started)
+    return statistics.median(timings)
+
+
+def multiplies(device: str, size: int, count: int) -> Callable[[], object]:
+    a = torch.randn(size, size, device=device)
+    b = torch.randn(size, size, device=device)
+
+    def run() -> object:
+        for _ in range(count):
+            result = a * b
+        return result
+
+    return run
+
+
+def training_step(name: str, device: str) -> Callable[[], object]:
+    workload = workloads.WORKLOADS[name]
+    torch.manual_seed(0)
+    model = workload.make_model().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    inputs, targets = workload.make_batch(torch.Generator().manual_seed(0))
+    inputs, targets = inputs.to(device), targets.to(device)
+
+    def run() -> object:
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return run
+
+
+def import_seconds(autoload: bool) -> float:
+    environment = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="1" if autoload else "0")
+    timings = []
+    for _ in range(REPEATS):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import torch"], check=True, env=environment)
+        timings.append(time.perf_counter() - started)
+    return statistics.median(timings)
+
+
+def main() -> int:
+    torch.sim.set_fallback_policy("silent")
+    torch.set_num_threads(torch.get_num_threads())
+    rows: list[tuple[str, float, float, str]] = []
+
+    def compare(label: str, make: Callable[[str], Callable[[], object]], target: str) -> None:
+        cpu = median_seconds(make("cpu"))
+        sim = median_seconds(make("sim"))
+        rows.append((label, cpu, sim, target))
+
+    compare("1,000 multiplies, 64x64 float32 (per-op overhead)", lambda d: multiplies(d, 64, 1000), "<= 3x")
+    compare("100 multiplies, 1024x1024 float32 (bandwidth)", lambda d: multiplies(d, 1024, 100), "<= 1.2x")
+    compare("one training step, small MLP", lambda d: training_step("mlp", d), "<= 2x")
+    compare("one training step, small CNN", lambda d: training_step("cnn", d), "<= 2x")
+    compare("one training step, transformer encoder layer", lambda d: training_step("transformer", d), "(no target)")
+
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, median of {REPEATS} repeats\n")
+    print(f"| {'workload':52s} | {'CPU eager':>10s} | {'sim':>10s} | {'ratio':>6s} | target |")
+    print(f"|{'-' * 54}|{'-' * 12}|{'-' * 12}|{'-' * 8}|--------|")
+    for label, cpu, sim, target in rows:
+        print(f"| {label:52s} | {cpu * 1e3:7.2f} ms | {sim * 1e3:7.2f} ms | {sim / cpu:5.2f}x | {target} |")
+
+    plain = import_seconds(autoload=False)
+    loaded = import_seconds(autoload=True)
+    print(f"\n`import torch`: {plain:.3f} s plain, {loaded:.3f} s with sim autoloaded "
+          f"(+{loaded - plain:.3f} s; target <= 0.5 s more)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,89 @@
+"""One self-contained HTML page: a backend's coverage, the fallback report of a reference workload, and charts.
+
+plotly.js is embedded in the page itself, so it opens with no network.
+"""
+from __future__ import annotations
+
+import html
+import time
+from typing import Callable
+
+import plotly.graph_objects as go
+
+from explorer.coverage import STATUS_ORDER, CoverageSnapshot
+from explorer.fallback_report import FallbackReport
+
+STATUS_COLOURS = {
+    "kernel": "#2e7d32", "composite_explicit": "#66bb6a", "composite_explicit_nonfunctional": "#9ccc65",
+    "composite_implicit": "#26a69a", "autograd": "#42a5f5", "fallback": "#ef6c00", "fallthrough": "#bdbdbd",
+    "missing": "#c62828",
+}
+
+
+def coverage_figure(snapshot: CoverageSnapshot) -> go.Figure:
+    """Stacked bars: how the overloads (all and core ATen) resolve on the backend key, direct and transitive."""
+    figure = go.Figure()
+    groups = [("all, direct", snapshot.summary()["direct"]), ("all, transitive", snapshot.summary()["transitive"]),
+              ("core, direct", snapshot.summary(core_only=True)["direct"]),
+              ("core, transitive", snapshot.summary(core_only=True)["transitive"])]
+    for status in STATUS_ORDER:
+        figure.add_bar(name=status, y=[label for label, _ in groups],
+                       x=[counts[status]["percent"] for _, counts in groups],
+                       customdata=[counts[status]["count"] for _, counts in groups], orientation="h",
+                       marker_color=STATUS_COLOURS[status],
+                       hovertemplate="%{y}: %{x}% (%{customdata} overloads)<extra>" + status + "</extra>")
+    figure.update_layout(barmode="stack", title=f"How ATen overloads resolve on {snapshot.label}",
+                         xaxis_title="% of overloads", height=360, legend_orientation="h")
+    return figure
+
+
+def fallback_figure(report: FallbackReport, top: int = 25) -> go.Figure:
+    ranked = report.ranked()[:top]
+    figure = go.Figure(go.Bar(x=[entry.count for entry in ranked][::-1],
+                              y=[entry.operator for entry in ranked][::-1], orientation="h",
+                              marker_color=STATUS_COLOURS["fallback"]))
+    figure.update_layout(title=f"Operators that reached the fallback ({report.total} calls)",
+                         xaxis_title="calls", height=max(300, 24 * len(ranked) + 120))
+    return figure
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def build_report(snapshot: CoverageSnapshot, fallbacks: FallbackReport, workload: str,
+                 progress: Callable[[str], None] = lambda message: None) -> str:
+    """The whole page as one HTML string."""
+    progress("drawing the charts")
+    summary = snapshot.summary()
+    core = snapshot.summary(core_only=True)
+    charts = coverage_figure(snapshot).to_html(include_plotlyjs=True, full_html=False)
+    if fallbacks.calls:
+        charts += fallback_figure(fallbacks).to_html(include_plotlyjs=False, full_html=False)
+    fallback_rows = [[entry.operator, entry.count, "; ".join(f"{s} ×{c}" for s, c in entry.shapes.most_common(3)),
+                      "; ".join(f"{s} ×{c}" for s, c in entry.call_sites.most_common(2))]
+                     for entry in fallbacks.ranked()]
+    falling_back = [[row.operator, row.backend, row.transitive, row.autograd, "yes" if row.core else ""]
+                    for row in snapshot.rows if row.falls_back]
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>PrivateUse1 explorer report: {html.escape(snapshot.label)}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 72rem; padding: 0 1rem; }}
+table {{ border-collapse: collapse; font-size: 0.85rem; }} td, th {{ border: 1px solid #ddd; padding: 2px 6px; }}
+th {{ background: #f3f3f3; position: sticky; top: 0; }} .scroll {{ max-height: 30rem; overflow: auto; }}
+</style></head><body>
+<h1>Backend report: {html.escape(snapshot.label)} ({html.escape(snapshot.backend_key)})</h1>
+<p>Generated {time.strftime('%Y-%m-%d %H:%M')} by <code>python -m explorer report</code>.</p>
+<h2>Coverage</h2>
+<p>{summary['operators']} ATen overloads: {summary['without_fallback_percent']}% run without the fallback
+(core ATen: {core['without_fallback_percent']}% of {core['operators']}).</p>
+{charts}
+<h2>Fallback report of the reference workload ({html.escape(workload)})</h2>
+<p>{fallbacks.total} call(s) of {len(fallbacks.calls)} operator(s) reached the fallback.</p>
+<div class="scroll">{_table(["operator", "calls", "shapes", "call sites"], fallback_rows)}</div>
+<h2>Overloads that land on the fallback ({len(falling_back)})</h2>
+<div class="scroll">{_table(["operator", "backend key", "transitive", "autograd key", "core"], falling_back)}</div>
+</body></html>
+"""

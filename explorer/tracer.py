@@ -1,0 +1,323 @@
+"""A faithful trace of every dispatcher hop of real eager execution.
+
+`with trace(device="sim") as recorded: ...` registers, for every ATen operator and
+each dispatch key of interest, a Python kernel that records the hop and calls the
+kernel that was there before (`torch.library.get_kernel(...).call_boxed`), so the
+computation is the one PyTorch would run anyway. On exit, also on an exception,
+the registrations are destroyed and the dispatcher's tables are as before.
+
+Fallthrough keys cannot be wrapped (a kernel there would change what runs), so
+they are reported from the computed table as skipped hops.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import threading
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterator
+
+import torch
+
+from explorer.dispatch_table import FALLTHROUGH, MISSING, entry_from_dump
+
+SCHEMA_VERSION = 1
+
+# The keys a trace wraps, per device type: autocast, autograd, view tracking, factory
+# routing and the backend. The sim fallback computes with CPU kernels, so tracing
+# sim wraps the CPU key too.
+TRACE_KEYS: dict[str, tuple[str, ...]] = {
+    "cpu": ("AutocastCPU", "AutogradCPU", "ADInplaceOrView", "BackendSelect", "CPU"),
+    "privateuse1": ("AutocastPrivateUse1", "AutogradPrivateUse1", "ADInplaceOrView", "BackendSelect",
+                    "PrivateUse1", "CPU"),
+}
+
+
+@dataclass
+class TensorInfo:
+    shape: list[int]
+    dtype: str
+    device: str
+
+
+@dataclass
+class Hop:
+    """One dispatcher hop: an operator reaching the kernel of one dispatch key."""
+
+    index: int
+    operator: str
+    key: str
+    kind: str
+    keyset: list[str]
+    depth: int
+    parent: int | None
+    start_ns: int
+    duration_ns: int = 0
+    phase: str = "forward"
+    skipped: bool = False
+    provenance: str = ""
+    inputs: list[TensorInfo] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass
+class Trace:
+    """The hops of one traced run, in the order they started."""
+
+    hops: list[Hop] = field(default_factory=list)
+    device: str = "cpu"
+    wrapped_operators: int = 0
+    error: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"schema_version": SCHEMA_VERSION, "device": self.device, "error": self.error,
+                "hops": [asdict(hop) for hop in self.hops]}
+
+    def to_json(self, indent: int | None = None) -> str:
+        """The trace as JSON, following explorer/trace_schema.json."""
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def to_chrome_trace(self) -> dict:
+        """Chrome trace / Perfetto JSON: one complete event ('X') per executed hop, skipped hops as instants."""
+        origin = min((hop.start_ns for hop in self.hops), default=0)
+        events = []
+        for hop in self.hops:
+            event = {"name": hop.operator, "cat": hop.key, "pid": 0, "tid": 0, "ts": (hop.start_ns - origin) / 1e3,
+                     "args": {"key": hop.key, "kind": hop.kind, "phase": hop.phase, "keyset": hop.keyset,
+                              "provenance": hop.provenance,
+                              "inputs": [f"{tuple(t.shape)} {t.dtype} {t.device}" for t in hop.inputs]}}
+            if hop.skipped:
+                event.update(ph="i", s="t")
+            else:
+                event.update(ph="X", dur=hop.duration_ns / 1e3)
+            events.append(event)
+        return {"traceEvents": events, "displayTimeUnit": "ns"}
+
+    def to_text(self, show_skipped: bool = True) -> str:
+        """An indented tree: one line per hop, children indented under the hop that called them."""
+        lines = []
+        for hop in self.hops:
+            if hop.skipped and not show_skipped:
+                continue
+            shapes = ", ".join(f"{list(t.shape)}:{t.dtype.removeprefix('torch.')}@{t.device}" for t in hop.inputs)
+            timing = "skipped" if hop.skipped else f"{hop.duration_ns / 1e3:.1f} us"
+            marker = " [backward]" if hop.phase == "backward" else ""
+            lines.append(f"{'  ' * hop.depth}{hop.operator} @ {hop.key} ({hop.kind}, {timing}){marker}"
+                         + (f"  {shapes}" if shapes and not hop.skipped else ""))
+        return "\n".join(lines)
+
+    def operators(self) -> list[str]:
+        """The operators called at the top level (depth 0), in order."""
+        return [hop.operator for hop in self.hops if hop.depth == 0 and not hop.skipped]
+
+    def children(self, index: int) -> list[Hop]:
+        return [hop for hop in self.hops if hop.parent == index]
+
+
+def _higher_first(first: str, second: str) -> int:
+    keyset = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, first)).add(
+        getattr(torch._C.DispatchKey, second))
+    return -1 if str(keyset.highestPriorityTypeId()).split(".")[-1] == first else 1
+
+
+@functools.lru_cache(maxsize=1)
+def key_priority() -> tuple[str, ...]:
+    """The runtime dispatch keys, highest priority first (the order the dispatcher tries them)."""
+    not_runtime = {"Undefined", "CatchAll", "Autograd", "AutogradFunctionality", "Dense", "Sparse", "SparseCsr",
+                   "Quantized", "NestedTensor", "CompositeImplicitAutograd", "CompositeExplicitAutograd",
+                   "CompositeExplicitAutogradNonFunctional", "CompositeImplicitAutogradNestedTensor",
+                   "FuncTorchBatchedDecomposition"}
+    runtime = []
+    for name in dir(torch._C.DispatchKey):
+        if name.startswith(("_", "StartOf", "EndOf")) or name in not_runtime:
+            continue
+        with contextlib.suppress(Exception):
+            torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, name)).add(torch._C.DispatchKey.CPU)
+            runtime.append(name)
+    return tuple(sorted(runtime, key=functools.cmp_to_key(_higher_first)))
+
+
+def _native():
+    from pathlib import Path
+
+    from backend.runtime_build import load_extension
+
+    return load_extension("explorer_native", Path(__file__).parent / "csrc" / "explorer_native.cpp")
+
+
+@functools.lru_cache(maxsize=None)
+def _tensor_positions(operator: str) -> tuple[frozenset[int], frozenset[str]]:
+    """Positions and names of the arguments that the schema types as Tensor."""
+    base, _, overload = operator[len("aten::"):].partition(".")
+    schema = getattr(getattr(torch.ops.aten, base), overload or "default")._schema
+    positions, names = set(), set()
+    for index, argument in enumerate(schema.arguments):
+        if str(argument.type) == "Tensor":
+            (names if argument.kwarg_only else positions).add(index)
+            names.add(argument.name)
+    return frozenset(positions), frozenset(names)
+
+
+def _keys_of(keyset: Any) -> list[str]:
+    text = str(keyset)
+    inside = text[text.find("(") + 1: text.rfind(")")]
+    return [part.strip() for part in inside.split(",") if part.strip()]
+
+
+def _tensor_infos(arguments: tuple, keyword_arguments: dict) -> list[TensorInfo]:
+    infos = []
+    for value in (*arguments, *keyword_arguments.values()):
+        if isinstance(value, torch.Tensor):
+            infos.append(TensorInfo(list(value.shape), str(value.dtype), str(value.device)))
+        elif isinstance(value, (list, tuple)):
+            for element in value:
+                if isinstance(element, torch.Tensor):
+                    infos.append(TensorInfo(list(element.shape), str(element.dtype), str(element.device)))
+    return infos
+
+
+class Tracer:
+    """Records hops while active; use `trace()` rather than this class directly."""
+
+    def __init__(self, device: str) -> None:
+        self.trace = Trace(device=device)
+        self._local = threading.local()
+        self._priority = {name: rank for rank, name in enumerate(key_priority())}
+        self._dumps: dict[str, str] = {}
+        self._library = None
+        self._device_type = "privateuse1" if torch.device(device).type not in ("cpu", "meta") else "cpu"
+        self._wrapped_number = _native().wrapped_number
+
+    # ------------------------------------------------------------------ wrapping
+    def install(self) -> None:
+        keys = TRACE_KEYS[self._device_type]
+        plan = []
+        for operator in torch._C._dispatch_get_all_op_names():
+            if not operator.startswith("aten::"):
+                continue
+            dump = torch._C._dispatch_dump_table(operator)
+            self._dumps[operator] = dump
+            for key in keys:
+                entry = entry_from_dump(operator, dump, key)
+                if entry.kind in (FALLTHROUGH, MISSING):
+                    continue
+                plan.append((operator, key, entry, torch.library.get_kernel(operator, key)))
+        library = torch._C._dispatch_library("IMPL", "aten", "")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for operator, key, entry, original in plan:
+                library.impl(operator[len("aten::"):], getattr(torch._C.DispatchKey, key),
+                             self._make_kernel(operator, key, entry.kind, entry.provenance, original), True)
+        self._library = library
+        self.trace.wrapped_operators = len({operator for operator, *_ in plan})
+
+    def uninstall(self) -> None:
+        library, self._library = self._library, None
+        if library is not None:
+            library._destroy() if hasattr(library, "_destroy") else None
+            del library
+
+    def _make_kernel(self, operator: str, key: str, kind: str, provenance: str, original: Any):
+        record = self._record
+        wrapped_number = self._wrapped_number
+        numbers = (int, float, bool, complex)
+
+        def kernel(keyset: Any, *arguments: Any, **keyword_arguments: Any) -> Any:
+            # A wrapped-number tensor reaches a Python kernel as a plain number: wrap it back.
+            if not any(type(value) in numbers for value in arguments) and not keyword_arguments:
+                return record(operator, key, kind, provenance, original, keyset, arguments, keyword_arguments)
+            positions, names = _tensor_positions(operator)
+            if any(type(arguments[i]) in numbers for i in positions if i < len(arguments)):
+                arguments = tuple(wrapped_number(value) if i in positions and type(value) in numbers
+                                  else value for i, value in enumerate(arguments))
+            if keyword_arguments and any(type(keyword_arguments.get(n)) in numbers for n in names):
+                keyword_arguments = {n: wrapped_number(v) if n in names and type(v) in numbers
+                                     else v for n, v in keyword_arguments.items()}
+            return record(operator, key, kind, provenance, original, keyset, arguments, keyword_arguments)
+
+        return kernel
+
+    # ----------------------------------------------------------------- recording
+    def _stack(self) -> list[Hop]:
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
+
+    def _effective_keys(self, arguments: tuple, keyword_arguments: dict) -> list[str]:
+        """The key set a new call starts with: its tensors' keys plus the thread's included keys, less the excluded.
+
+        The dispatcher leaves fallthrough keys out of the key set it hands a kernel,
+        so this is computed here to show which keys were passed over.
+        """
+        keys: set[str] = set()
+        for value in (*arguments, *keyword_arguments.values()):
+            for tensor in value if isinstance(value, (list, tuple)) else (value,):
+                if isinstance(tensor, torch.Tensor):
+                    keys.update(_keys_of(torch._C._dispatch_keys(tensor)))
+        keys.update(_keys_of(torch._C._dispatch_tls_local_include_set()))
+        keys.difference_update(_keys_of(torch._C._dispatch_tls_local_exclude_set()))
+        return sorted(keys, key=lambda name: self._priority.get(name, len(self._priority)))
+
+    def _skipped_before(self, operator: str, key: str, keys: list[str], parent: Hop | None) -> list[str]:
+        """Fallthrough keys the call passed over on its way to `key`: those of `keys` above it
+        (and, for a redispatch of the parent's call, below the parent's key)."""
+        rank = self._priority.get(key, 0)
+        continuing = parent is not None and parent.operator == operator
+        floor = self._priority.get(parent.key, -1) if continuing else -1
+        dump = self._dumps.get(operator, "")
+        skipped = []
+        for candidate in keys:
+            candidate_rank = self._priority.get(candidate, 0)
+            if floor < candidate_rank < rank and entry_from_dump(operator, dump, candidate).kind == FALLTHROUGH:
+                skipped.append(candidate)
+        return sorted(skipped, key=lambda name: self._priority.get(name, 0))
+
+    def _record(self, operator: str, key: str, kind: str, provenance: str, original: Any, keyset: Any,
+                arguments: tuple, keyword_arguments: dict) -> Any:
+        stack = self._stack()
+        parent = stack[-1] if stack else None
+        if parent is not None and parent.operator == operator:
+            keys = parent.keyset
+        else:
+            keys = self._effective_keys(arguments, keyword_arguments)
+        phase = "backward" if torch._C._current_autograd_node() is not None else "forward"
+        hops = self.trace.hops
+        depth = len(stack)
+        parent_index = parent.index if parent is not None else None
+        for skipped_key in self._skipped_before(operator, key, keys, parent):
+            hops.append(Hop(len(hops), operator, skipped_key, FALLTHROUGH, keys, depth, parent_index,
+                            time.perf_counter_ns(), phase=phase, skipped=True))
+        hop = Hop(len(hops), operator, key, kind, keys, depth, parent_index, time.perf_counter_ns(), phase=phase,
+                  provenance=provenance, inputs=_tensor_infos(arguments, keyword_arguments))
+        hops.append(hop)
+        stack.append(hop)
+        try:
+            return original.call_boxed(keyset, *arguments, **keyword_arguments)
+        except BaseException as error:
+            hop.error = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+            raise
+        finally:
+            hop.duration_ns = time.perf_counter_ns() - hop.start_ns
+            stack.pop()
+
+
+@contextlib.contextmanager
+def trace(device: str | torch.device = "cpu") -> Iterator[Trace]:
+    """Record every dispatcher hop inside the block; the tables are restored on exit, also on an exception.
+
+    `device` selects the keys to wrap: "cpu" for CPU tensors, or the PrivateUse1
+    backend's name ("sim", or any other backend) for its tensors.
+    """
+    tracer = Tracer(str(device))
+    tracer.install()
+    try:
+        yield tracer.trace
+    except BaseException as error:
+        tracer.trace.error = f"{type(error).__name__}: {error}"
+        raise
+    finally:
+        tracer.uninstall()

@@ -70,7 +70,8 @@ class KernelEntry:
 
     @property
     def is_python(self) -> bool:
-        return bool(self.file and self.file.endswith(".py"))
+        """A kernel written in Python (a .py file, or code without a file such as `python -c`)."""
+        return bool(self.file and (self.file.endswith(".py") or self.file.startswith("<")))
 
     def to_dict(self) -> dict:
         return {**asdict(self), "provenance": self.provenance, "is_python": self.is_python}

@@ -29,6 +29,11 @@ SCHEMA_VERSION = 1
 # The keys a trace wraps, per device type: autocast, autograd, view tracking, factory
 # routing and the backend. The sim fallback computes with CPU kernels, so tracing
 # sim wraps the CPU key too.
+# Operators never wrapped. A tensor that passes through a Python kernel stays tied to
+# a Python object, and `torch.Tensor._make_subclass` (nn.Parameter) refuses a tensor
+# made by `detach` that is tied to one.
+UNTRACED_OPERATORS = frozenset({"aten::detach"})
+
 TRACE_KEYS: dict[str, tuple[str, ...]] = {
     "cpu": ("AutocastCPU", "AutogradCPU", "ADInplaceOrView", "BackendSelect", "CPU"),
     "privateuse1": ("AutocastPrivateUse1", "AutogradPrivateUse1", "ADInplaceOrView", "BackendSelect",
@@ -196,7 +201,7 @@ class Tracer:
         keys = TRACE_KEYS[self._device_type]
         plan = []
         for operator in torch._C._dispatch_get_all_op_names():
-            if not operator.startswith("aten::"):
+            if not operator.startswith("aten::") or operator in UNTRACED_OPERATORS:
                 continue
             dump = torch._C._dispatch_dump_table(operator)
             self._dumps[operator] = dump

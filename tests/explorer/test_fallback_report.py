@@ -1,0 +1,29 @@
+"""The runtime fallback report: which operators fell back, how often, with which shapes, from where."""
+import torch
+
+from explorer.fallback_report import fallback_operators, monitor_fallbacks
+
+
+def test_counts_shapes_and_call_sites():
+    x = torch.rand(10, device="sim")
+    with monitor_fallbacks("sim") as report:
+        torch.special.erfcx(x)
+        torch.special.erfcx(x[:4])
+        (x * 2).sum()  # native kernels: not in the report
+    assert report.total == 2
+    entry = report.calls["aten::special_erfcx.out"]
+    assert entry.count == 2
+    assert set(entry.shapes) == {"[10]:float32, [10]:float32", "[4]:float32, [4]:float32"}
+    site = next(iter(entry.call_sites))
+    assert site.startswith(__file__) and "test_counts_shapes_and_call_sites" in site
+    assert "aten::special_erfcx.out" in report.to_markdown()
+
+
+def test_only_fallback_operators_are_watched_and_tables_restored():
+    operators = fallback_operators("sim")
+    assert "aten::special_erfcx.out" in operators and "aten::mul.Tensor" not in operators
+    before = torch._C._dispatch_dump_table("aten::special_erfcx.out")
+    with monitor_fallbacks("sim") as report:
+        pass
+    assert report.watched_operators == len(operators)
+    assert torch._C._dispatch_dump_table("aten::special_erfcx.out") == before

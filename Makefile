@@ -28,6 +28,7 @@ test-full: setup
 
 benchmark: setup
 	$(PYTHON) benchmarks/backend_speed.py
+	$(PYTHON) benchmarks/explorer_speed.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -597,6 +597,7 @@ static at::Tensor to_device(const at::Tensor& host, c10::Device device) {
 
 struct OperatorEntry {
   std::string name;
+  bool takes_host_indices = false;  // like CUDA, indexing accepts index tensors that live on the host
   bool has_host_kernel = false;
   bool is_random = false;
   std::vector<int> generator_arguments;  // Generator? arguments, filled in from the device generator
@@ -618,6 +619,9 @@ static OperatorEntry& operator_entry(const c10::OperatorHandle& op) {
       if (type->kind() == c10::TypeKind::GeneratorType) entry.generator_arguments.push_back(static_cast<int>(i));
     }
     entry.is_random = op.hasTag(at::Tag::nondeterministic_seeded);
+    static const std::unordered_set<std::string> indexing{"index", "index_put", "index_put_", "_index_put_impl_",
+                                                          "_unsafe_index", "_unsafe_index_put"};
+    entry.takes_host_indices = indexing.count(name.name.substr(name.name.find("::") + 2)) > 0;
     entry.has_host_kernel = op.hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
                             op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
                             op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) ||
@@ -734,7 +738,8 @@ static void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* st
   }
   c10::Device device = where.device.value_or(c10::Device(kSim, t_current_device));
   if (!device.has_index()) device = c10::Device(kSim, t_current_device);
-  if (where.device && where.host_tensor) DeviceOfArguments::mismatch(device, *where.host_tensor, entry.name);
+  if (where.device && where.host_tensor && !entry.takes_host_indices)
+    DeviceOfArguments::mismatch(device, *where.host_tensor, entry.name);
   TORCH_CHECK_NOT_IMPLEMENTED(entry.has_host_kernel, "'", entry.name,
       "' has no sim kernel and no host kernel to fall back to. Register a kernel for PrivateUse1 "
       "with torch.library.impl('", entry.name, "', 'PrivateUse1').");

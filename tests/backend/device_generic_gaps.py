@@ -6,7 +6,7 @@ crashes, hangs, or is random); every other entry is an expected failure (it fail
 deterministically, and the day it passes the test reports an unexpected success
 so the entry gets removed).
 
-`RANDOM` maps the OpInfos whose outputs are random draws that sim and CPU do not
+`SHAPES_ONLY` maps the OpInfos whose outputs are random draws that sim and CPU do not
 share to the reason; for those the test compares shapes, dtypes and finiteness
 instead of values. They count as passing, and are listed here so that the weaker
 check is visible in the same file.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 GAPS: dict[str, str] = {}
 
-RANDOM: dict[str, str] = {}
+SHAPES_ONLY: dict[str, str] = {}
 
 
 def is_skip(reason: str) -> bool:

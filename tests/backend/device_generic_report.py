@@ -86,7 +86,7 @@ def read_results(junit: Path) -> dict[str, tuple[str, str, float]]:
 def build_table(results: dict[str, tuple[str, str, float]]) -> tuple[list[tuple[str, str, str, float]], dict]:
     from torch.testing._internal.common_methods_invocations import op_db
 
-    from tests.backend.device_generic_gaps import GAPS, RANDOM
+    from tests.backend.device_generic_gaps import GAPS, SHAPES_ONLY
     from tests.backend.test_device_generic import _is_float32_op
 
     rows = []
@@ -96,8 +96,8 @@ def build_table(results: dict[str, tuple[str, str, float]]) -> tuple[list[tuple[
         outcome, detail, seconds = results.get(op.formatted_name, ("FAIL", "did not run (no test result)", 0.0))
         if outcome in ("gap", "skip") and op.full_name in GAPS:
             detail = GAPS[op.full_name]
-        elif outcome == "pass" and op.full_name in RANDOM:
-            detail = f"shapes and dtypes only: {RANDOM[op.full_name]}"
+        elif outcome == "pass" and op.full_name in SHAPES_ONLY:
+            detail = f"shapes and dtypes only: {SHAPES_ONLY[op.full_name]}"
         rows.append((op.full_name, outcome, detail.replace("|", "\\|"), seconds))
     rows.sort(key=lambda row: (ORDER.index(row[1]), row[0]))
     totals = {outcome: sum(1 for row in rows if row[1] == outcome) for outcome in ORDER}
@@ -142,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         junit = Path(tempfile.mkdtemp(prefix="sim-opinfo-")) / "junit.xml"
         _, elapsed = run_sweep(args.workers, junit, args.pytest_args)
+        print(f"JUnit XML: {junit}", file=sys.stderr)
         if not junit.exists():
             print("pytest wrote no JUnit XML; see its output above", file=sys.stderr)
             return 2

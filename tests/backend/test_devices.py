@@ -63,3 +63,14 @@ def test_bad_device_count_is_a_one_line_error():
     result = run_python("import torch", SIM_DEVICE_COUNT="many")
     assert result.returncode != 0
     assert "SIM_DEVICE_COUNT must be a whole number from 1 to 64, got 'many'" in result.stderr
+
+
+def test_host_index_tensors_are_accepted_like_cuda():
+    x = torch.arange(25.0).reshape(5, 5)
+    on_sim = x.to("sim")
+    rows = torch.tensor([0, 3])
+    assert torch.equal(on_sim[rows].cpu(), x[rows])
+    mask = torch.tensor([True, False, True, False, False])
+    on_sim[mask] = torch.zeros(5, device="sim")
+    x[mask] = 0
+    assert torch.equal(on_sim.cpu(), x)

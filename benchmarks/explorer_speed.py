@@ -1,0 +1,87 @@
+"""Speed of the explorer engine: classification, entering the tracer, tracing overhead, exporting.
+
+Run: `make benchmark` (or `python benchmarks/explorer_speed.py` in the project's virtualenv).
+Figures are medians of several repeats, measured in this run.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+from backend import workloads
+from explorer import coverage
+from explorer.tracer import Tracer, trace
+
+REPEATS = 5
+
+
+def median_seconds(work: Callable[[], object], repeats: int = REPEATS) -> float:
+    timings = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        work()
+        timings.append(time.perf_counter() - started)
+    return statistics.median(timings)
+
+
+def mlp_step(device: str) -> Callable[[], object]:
+    torch.manual_seed(0)
+    model = workloads.small_mlp().to(device)
+    inputs = torch.randn(32, 64, device=device)
+    targets = torch.randint(0, 10, (32,), device=device)
+
+    def run() -> object:
+        loss = torch.nn.functional.cross_entropy(model(inputs), targets)
+        loss.backward()
+        return loss
+
+    return run
+
+
+def main() -> int:
+    torch.sim.set_fallback_policy("silent")
+    started = time.perf_counter()
+    coverage("sim")
+    cold = time.perf_counter() - started
+    warm = median_seconds(lambda: coverage("sim"))
+    print(f"classifying all ATen overloads for sim: {cold:.3f} s cold, {warm:.3f} s warm (target <= 0.5 s)")
+
+    def enter_and_leave() -> None:
+        tracer = Tracer("sim")
+        tracer.install()
+        tracer.uninstall()
+
+    print(f"entering (and leaving) the tracer: {median_seconds(enter_and_leave):.3f} s (target <= 0.5 s)")
+
+    step = mlp_step("sim")
+    for _ in range(3):
+        step()
+    plain = median_seconds(lambda: [step() for _ in range(10)]) / 10
+    with trace("sim") as recorded:
+        step()
+        traced = median_seconds(lambda: [step() for _ in range(10)]) / 10
+    hops_per_step = len(recorded.hops) / (1 + 10 * REPEATS)
+    print(f"small MLP forward+backward on sim: {plain * 1e3:.2f} ms untraced, {traced * 1e3:.2f} ms traced, "
+          f"{traced / plain:.1f}x ({hops_per_step:.0f} hops per step; target <= 10x)")
+
+    with trace("sim") as big:
+        while len(big.hops) < 10_000:
+            step()
+    hops = big.hops[:10_000]
+    big.hops = hops
+    exports = {
+        "JSON": lambda: big.to_json(),
+        "Chrome trace": lambda: json.dumps(big.to_chrome_trace()),
+        "text tree": lambda: big.to_text(),
+    }
+    for name, export in exports.items():
+        print(f"exporting a 10,000-hop trace as {name}: {median_seconds(export):.3f} s (target <= 1 s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

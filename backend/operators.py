@@ -29,7 +29,8 @@ NATIVE_OPERATORS: tuple[str, ...] = (
     "tanh.out", "tanh_backward", "sigmoid", "sigmoid.out", "sigmoid_backward", "abs", "abs.out", "clamp",
     "clamp_min", "clamp_max", "where.self", "where.self_out", "addcmul_", "addcdiv_", "lerp_.Scalar",
     "maximum", "minimum", "eq.Tensor", "eq.Scalar", "ne.Scalar", "gt.Scalar", "lt.Scalar", "ge.Scalar",
-    "le.Scalar", "masked_fill_.Scalar", "all.out", "isneginf.out", "fill_.Scalar", "zero_",
+    "le.Scalar", "ne.Tensor_out", "eq.Tensor_out", "bitwise_and.Tensor_out", "ceil.out", "masked_select", "min",
+    "max", "masked_fill_.Scalar", "all.out", "isneginf.out", "fill_.Scalar", "zero_",
     # activations and their gradients
     "relu", "relu_", "threshold_backward", "gelu", "gelu.out", "gelu_backward", "silu", "silu.out",
     "silu_backward",

@@ -191,3 +191,29 @@ def dispatch_table(operator: str, keys: tuple[str, ...] | list[str] | None = Non
         canonical = canonical_key(key)
         result.append(table.get(canonical, KernelEntry(resolved, canonical, MISSING)))
     return result
+
+
+ROLES: tuple[str, ...] = ("Autocast", "Autograd", "ADInplaceOrView", "BackendSelect", "Backend")
+
+
+def role_keys(backend: str) -> dict[str, str]:
+    """The keys that play each role for one backend: 'sim' -> AutocastPrivateUse1, AutogradPrivateUse1, …"""
+    key = canonical_key(backend)
+    suffix = "PrivateUse1" if key == "PrivateUse1" else key
+    keys = {"Autocast": f"Autocast{suffix}", "Autograd": f"Autograd{suffix}", "ADInplaceOrView": "ADInplaceOrView",
+            "BackendSelect": "BackendSelect", "Backend": key}
+    return {role: name for role, name in keys.items() if hasattr(torch._C.DispatchKey, name)}
+
+
+def backend_tables(operator: str, backends: tuple[str, ...] | list[str]) -> dict[str, list[KernelEntry]]:
+    """Side by side: for each backend, the entries of the keys that play each role (see ROLES)."""
+    resolved = resolve_operator(operator)
+    table = computed_table(resolved)
+    result = {}
+    for backend in backends:
+        entries = []
+        for role, key in role_keys(backend).items():
+            entry = table.get(key, KernelEntry(resolved, key, MISSING))
+            entries.append(KernelEntry(entry.operator, role, entry.kind, entry.file, entry.line))
+        result[backend] = entries
+    return result

@@ -12,13 +12,15 @@ they are reported from the computed table as skipped hops.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import json
+import sys
 import threading
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -326,3 +328,65 @@ def trace(device: str | torch.device = "cpu") -> Iterator[Trace]:
         raise
     finally:
         tracer.uninstall()
+
+
+class TimeLimitExceeded(TimeoutError):
+    """The traced code ran past its time limit and was stopped."""
+
+    def __str__(self) -> str:
+        return "the code ran past its time limit and was stopped"
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """Raise TimeLimitExceeded in this thread once `seconds` have passed, even inside a pure-Python loop."""
+    target = threading.get_ident()
+    lock = threading.Lock()
+    state = {"finished": False}
+
+    def interrupt() -> None:
+        with lock:
+            if not state["finished"]:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(target),
+                                                           ctypes.py_object(TimeLimitExceeded))
+
+    timer = threading.Timer(seconds, interrupt)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        with lock:
+            state["finished"] = True
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(target), None)  # drop a late one
+        timer.cancel()
+
+
+def run_traced(code: str | Callable[[], object], device: str = "sim", timeout: float = 10.0,
+               namespace: dict | None = None) -> Trace:
+    """Run code (Python statements, or a callable) under the tracer and return its trace, never raising.
+
+    The code sees `torch` and `device`. An exception ends the run; the trace keeps the
+    hops up to it and records the error. Python code still running after `timeout`
+    seconds is stopped (a single long native kernel finishes first).
+    """
+    if isinstance(code, str):
+        try:
+            compiled = compile(code, "<traced code>", "exec")
+        except SyntaxError as error:
+            return Trace(device=str(device), error=f"SyntaxError: {error.msg} (line {error.lineno})")
+        scope = {"torch": torch, "device": str(device), **(namespace or {})}
+
+        def body() -> object:
+            return exec(compiled, scope)
+    else:
+        body = code
+    recorded = Trace(device=str(device))
+    try:
+        with trace(device) as recorded, _time_limit(timeout):
+            body()
+    except BaseException as error:  # the trace already holds the hops up to the error
+        if isinstance(error, KeyboardInterrupt):
+            raise
+        recorded.error = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+    return recorded

@@ -1,0 +1,204 @@
+"""The integration guide as data: one step per bring-up step of the sim backend, each checked live.
+
+For every step: what it is for, the backend module that implements it (its real
+source), the C++ a vendor writes for the same step, and a check run in fresh
+processes that shows the real error before the step and what works after it,
+plus the coverage change the step causes.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import backend
+from backend import STEPS, bringup_checks
+from explorer.coverage import CoverageChange
+
+TITLES = {
+    "device_module": "Name the device and register its Python module",
+    "hooks": "Register the PrivateUse1 hooks",
+    "guard": "Implement the device guard",
+    "allocator": "Provide a device allocator",
+    "operators": "Register operators and a fallback",
+    "streams_events": "Support streams and events",
+    "generator": "Provide random number generators",
+    "autograd": "Customise autograd where the device needs it",
+    "amp": "Enable automatic mixed precision",
+    "serialization": "Make tensors save and load",
+    "autoload": "Load the backend with `import torch`",
+}
+
+VENDOR_CPP = {
+    "device_module": """// Python side of a vendor package (C++ needs nothing for this step):
+//   torch.utils.rename_privateuse1_backend("mydev")
+//   torch._register_device_module("mydev", mydev_module)
+//   torch.utils.generate_methods_for_privateuse1_backend()""",
+    "hooks": """struct MyHooks final : at::PrivateUse1HooksInterface {
+  bool isAvailable() const override { return my_runtime_device_count() > 0; }
+  bool hasPrimaryContext(c10::DeviceIndex device) const override { return my_context_exists(device); }
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex device) const override;
+  at::Allocator* getPinnedMemoryAllocator() const override { return &my_pinned_allocator; }
+};
+// once, at start-up:
+at::RegisterPrivateUse1HooksInterface(new MyHooks());""",
+    "guard": """struct MyGuardImpl final : c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override { return c10::DeviceType::PrivateUse1; }
+  c10::Device getDevice() const override { return {type(), my_get_current_device()}; }
+  void setDevice(c10::Device d) const override { my_set_current_device(d.index()); }
+  c10::Device exchangeDevice(c10::Device d) const override;
+  c10::Stream getStream(c10::Device d) const override;
+  c10::DeviceIndex deviceCount() const noexcept override { return my_runtime_device_count(); }
+  // ... uncheckedSetDevice, exchangeStream
+};
+C10_REGISTER_GUARD_IMPL(PrivateUse1, MyGuardImpl);""",
+    "allocator": """struct MyAllocator final : c10::DeviceAllocator {
+  c10::DataPtr allocate(size_t bytes) override {
+    void* ptr = my_device_malloc(bytes);  // throws c10::OutOfMemoryError when full
+    return {ptr, ptr, &my_device_free, c10::Device(c10::DeviceType::PrivateUse1, current_device())};
+  }
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override;
+  // ... emptyCache, resetPeakStats, recordStream, raw_deleter, copy_data
+};
+static MyAllocator allocator;
+REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &allocator);""",
+    "operators": """at::Tensor my_empty(c10::IntArrayRef size, std::optional<at::ScalarType> dtype, ...) {
+  return at::detail::empty_generic(size, &allocator, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   dtype.value_or(at::kFloat), memory_format);
+}
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", my_empty);
+  m.impl("_copy_from", my_copy_from);        // and the rest of the minimal set
+  m.impl("add.Tensor", my_add);              // native kernels
+}
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {      // everything else
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&my_cpu_fallback>());
+}""",
+    "streams_events": """// in MyGuardImpl:
+c10::Stream getNewStream(c10::Device d, int priority) const override;
+void record(void** event, const c10::Stream& s, c10::DeviceIndex, c10::EventFlag) const override;
+void block(void* event, const c10::Stream& s) const override;
+bool queryEvent(void* event) const override;
+double elapsedTime(void* start, void* end, c10::DeviceIndex) const override;
+void synchronizeStream(const c10::Stream& s) const override;""",
+    "generator": """struct MyGenerator final : c10::GeneratorImpl {
+  MyGenerator(c10::DeviceIndex d)
+      : c10::GeneratorImpl({c10::DeviceType::PrivateUse1, d}, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)) {}
+  void set_current_seed(uint64_t seed) override;
+  c10::intrusive_ptr<c10::TensorImpl> get_state() const override;
+  void set_state(const c10::TensorImpl& state) override;
+  // ... seed, current_seed, set_offset, get_offset, clone_impl
+};
+// MyHooks::getDefaultGenerator returns one per device; getNewGenerator makes fresh ones.""",
+    "autograd": """// Derivative formulas come with PyTorch; override one only where the device differs:
+class MyFusedGelu : public torch::autograd::Function<MyFusedGelu> { /* forward, backward */ };
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
+  m.impl("gelu", [](const at::Tensor& x, c10::string_view approximate) {
+    return MyFusedGelu::apply(x, approximate);
+  });
+}""",
+    "amp": """TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
+  KERNEL_PRIVATEUSEONE(mm, lower_precision_fp)
+  KERNEL_PRIVATEUSEONE(exp, fp32)
+}
+// plus, in the Python device module: get_amp_supported_dtype, is_autocast_enabled, ...""",
+    "serialization": """// Nothing in C++ beyond the allocator and _copy_from: torch.save copies each storage
+// to the host, torch.load rebuilds it on the device. Python side:
+//   torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)""",
+    "autoload": """# pyproject.toml of the vendor package
+[project.entry-points."torch.backends"]
+mydev = "my_package:_autoload"   # called at the end of `import torch`""",
+}
+
+
+@dataclass
+class GuideStep:
+    number: int
+    name: str
+    title: str
+    explanation: str
+    module_path: str
+    source: str
+    vendor_cpp: str
+    check_code: str
+
+
+@dataclass
+class StepCheck:
+    """What a step's check did before and after the step, and how coverage moved."""
+
+    step: str
+    before_succeeded: bool
+    before: str
+    after_succeeded: bool
+    after: str
+    coverage_before: float | None = None
+    coverage_after: float | None = None
+    coverage_changes: list[CoverageChange] = field(default_factory=list)
+
+    @property
+    def demonstrates_the_step(self) -> bool:
+        return not self.before_succeeded and self.after_succeeded
+
+
+def steps() -> list[GuideStep]:
+    """The guide's steps, in the backend's bring-up order."""
+    result = []
+    for number, name in enumerate(STEPS, start=1):
+        module = importlib.import_module(f"backend.{name}")
+        path = Path(inspect.getsourcefile(module))
+        result.append(GuideStep(number, name, TITLES[name], inspect.getdoc(module) or "",
+                                str(path.relative_to(Path(backend.__file__).parent.parent)), path.read_text(),
+                                VENDOR_CPP[name], bringup_checks.CHECKS[name].strip()))
+    return result
+
+
+_COVERAGE_PROGRAM = """
+import json, torch, backend
+if {step!r} != "none":
+    backend.bring_up({step!r})
+from explorer.coverage import coverage
+snapshot = coverage("PrivateUse1", label="sim")
+print(json.dumps({{"percent": snapshot.summary()["without_fallback_percent"],
+                  "rows": {{row.operator: row.backend + "|" + row.autograd + "|" + row.autocast
+                           for row in snapshot.rows}}}}))
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def _coverage_at(step: str | None) -> tuple[float, dict[str, str]]:
+    environment = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0", SIM_FALLBACK="silent")
+    completed = subprocess.run([sys.executable, "-c", _COVERAGE_PROGRAM.format(step=step or "none")],
+                               capture_output=True, text=True, env=environment, timeout=300)
+    if completed.returncode != 0:
+        raise RuntimeError(bringup_checks.error_summary(completed.stderr, completed.returncode))
+    data = json.loads(completed.stdout.strip().splitlines()[-1])
+    return data["percent"], data["rows"]
+
+
+@functools.lru_cache(maxsize=None)
+def check_step(name: str, with_coverage: bool = True) -> StepCheck:
+    """Run the step's check in two fresh processes (before and after the step) and compare coverage."""
+    if name not in STEPS:
+        raise ValueError(f"unknown step {name!r}; the steps are: {', '.join(STEPS)}")
+    previous = bringup_checks.step_before(name)
+    before = bringup_checks.run_check(name, previous)
+    after = bringup_checks.run_check(name, name)
+    result = StepCheck(name, before.succeeded, before.summary, after.succeeded, after.summary)
+    if with_coverage and name != "autoload":
+        percent_before, rows_before = _coverage_at(previous)
+        percent_after, rows_after = _coverage_at(name)
+        result.coverage_before, result.coverage_after = percent_before, percent_after
+        result.coverage_changes = [CoverageChange(operator, rows_before.get(operator, "missing"), status)
+                                   for operator, status in sorted(rows_after.items())
+                                   if rows_before.get(operator) != status]
+    return result

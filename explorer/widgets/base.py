@@ -1,0 +1,78 @@
+"""What every explorer widget shares: live ipywidgets in JupyterLab, a kernel-free HTML rendering elsewhere.
+
+In a live kernel a widget displays as ipywidgets controls (with a static HTML
+copy in the same output, for frontends without widgets). When the notebook is
+executed to build the docs (EXPLORER_STATIC=1), it displays as that HTML alone:
+plotly figures with their own client-side controls, and plain HTML that needs no
+kernel.
+"""
+from __future__ import annotations
+
+import html
+import os
+
+import ipywidgets
+import plotly.graph_objects as go
+import plotly.io as pio
+from IPython.display import display
+
+
+def static_mode() -> bool:
+    """True while notebooks are executed for the static docs site."""
+    return os.environ.get("EXPLORER_STATIC") == "1"
+
+
+_notebook_ready = False
+
+
+def setup_notebook() -> None:
+    """Choose plotly's renderer for this environment (call once, at the top of a notebook).
+
+    Static mode: the "notebook" renderer, which puts plotly.js into the page once and
+    draws figures without a kernel. Live: the plotly mime renderer of JupyterLab.
+    """
+    global _notebook_ready
+    if static_mode():
+        pio.renderers.default = "notebook"
+        if not _notebook_ready:
+            import plotly.offline
+
+            plotly.offline.init_notebook_mode(connected=False)
+    else:
+        pio.renderers.default = "plotly_mimetype"
+    _notebook_ready = True
+
+
+def figure_html(figure: go.Figure) -> str:
+    """A figure as an HTML fragment that draws itself with the plotly.js the page already has."""
+    return pio.to_html(figure, include_plotlyjs="require" if static_mode() else False, full_html=False,
+                       config={"displaylogo": False, "responsive": True})
+
+
+def escape(text: object) -> str:
+    return html.escape(str(text))
+
+
+def message_html(text: str, kind: str = "info") -> str:
+    colours = {"info": "#1565c0", "error": "#c62828", "ok": "#2e7d32"}
+    return f'<div style="color:{colours[kind]};white-space:pre-wrap;font-family:monospace">{escape(text)}</div>'
+
+
+class ExplorerWidget(ipywidgets.VBox):
+    """Base class: subclasses build their controls and implement `static_html()`."""
+
+    def static_html(self) -> str:  # pragma: no cover - every widget overrides it
+        raise NotImplementedError
+
+    def show_figure(self, output: ipywidgets.Output, figure: go.Figure) -> None:
+        output.clear_output(wait=True)
+        with output:
+            display(figure)
+
+    def _repr_mimebundle_(self, **kwargs):
+        if static_mode():
+            return {"text/html": self.static_html(), "text/plain": f"<{type(self).__name__}>"}
+        bundle = super()._repr_mimebundle_(**kwargs)
+        data = bundle[0] if isinstance(bundle, tuple) else bundle
+        data["text/html"] = self.static_html()
+        return bundle

@@ -1,0 +1,105 @@
+"""CoverageExplorer: a backend's operator coverage as a picture, a searchable table, drill-down and diffs."""
+from __future__ import annotations
+
+import ipywidgets
+
+from explorer.coverage import STATUS_ORDER, CoverageSnapshot, coverage, diff
+from explorer.dispatch_table import FALLTHROUGH, backend_tables
+from explorer.widgets.base import ExplorerWidget, escape, figure_html, message_html
+from explorer.widgets.figures import coverage_treemap, dispatch_table_figure
+
+TABLE_ROWS = 200
+
+
+def rows_table(rows, limit: int = TABLE_ROWS) -> str:
+    """Coverage rows as an HTML table (the first `limit`)."""
+    body = "".join(
+        f"<tr><td><code>{escape(row.operator)}</code></td><td>{escape(row.backend)}</td>"
+        f"<td>{escape(row.transitive)}</td><td>{escape(row.autograd)}</td><td>{escape(row.autocast)}</td>"
+        f"<td>{'core' if row.core else ''}</td></tr>" for row in rows[:limit])
+    more = f"<p>… and {len(rows) - limit} more</p>" if len(rows) > limit else ""
+    return ("<div style='max-height:22em;overflow:auto'><table><thead><tr><th>operator</th><th>backend key</th>"
+            "<th>transitive</th><th>autograd key</th><th>autocast key</th><th></th></tr></thead>"
+            f"<tbody>{body}</tbody></table></div>{more}")
+
+
+class CoverageExplorer(ExplorerWidget):
+    """Coverage of a backend: `CoverageExplorer(device="sim", compare_with="CPU")`.
+
+    A treemap by status and operator family; a table filtered by text, status, core
+    ATen, autograd and autocast status; a drill-down into one operator's dispatch
+    table; and the difference from another backend or an earlier snapshot.
+    """
+
+    def __init__(self, device: str = "sim", snapshot: CoverageSnapshot | None = None,
+                 compare_with: str | CoverageSnapshot | None = None) -> None:
+        self.snapshot = snapshot or coverage(device, label=device)
+        self.baseline = (coverage(compare_with, label=compare_with) if isinstance(compare_with, str)
+                         else compare_with)
+        self.search = ipywidgets.Text(description="search", placeholder="part of a name, e.g. conv")
+        self.status = ipywidgets.Dropdown(options=["any"] + list(STATUS_ORDER), value="any", description="status")
+        self.transitive = ipywidgets.ToggleButtons(options=["direct", "transitive"], value="transitive")
+        self.core_only = ipywidgets.Checkbox(description="core ATen only")
+        self.autograd = ipywidgets.Dropdown(options=["any", "autograd", "kernel", "composite_implicit", "fallthrough",
+                                                     "missing"], value="any", description="autograd")
+        self.autocast = ipywidgets.Dropdown(options=["any", "kernel", FALLTHROUGH, "missing"], value="any",
+                                            description="autocast")
+        self.count = ipywidgets.HTML()
+        self.table = ipywidgets.HTML()
+        self.drill = ipywidgets.Combobox(options=[row.operator for row in self.snapshot.rows], ensure_option=True,
+                                         description="drill down", placeholder="an operator from the table")
+        self.drill_output = ipywidgets.Output()
+        self.picture = ipywidgets.Output()
+        self.differences = ipywidgets.HTML()
+        for control in (self.search, self.status, self.transitive, self.core_only, self.autograd, self.autocast):
+            control.observe(lambda change: self.refresh(), names="value")
+        self.core_only.observe(lambda change: self.show_figure(self.picture, self.figure()), names="value")
+        self.drill.observe(lambda change: self.drill_down(change["new"]), names="value")
+        filters = ipywidgets.VBox([ipywidgets.HBox([self.search, self.status, self.transitive]),
+                                   ipywidgets.HBox([self.core_only, self.autograd, self.autocast])])
+        super().__init__([self.picture, filters, self.count, self.table, self.drill, self.drill_output,
+                          self.differences])
+        self.show_figure(self.picture, self.figure())
+        self.refresh()
+        self.differences.value = self.diff_html()
+
+    def filtered(self):
+        """The rows that match the controls (the engine's filter)."""
+        pick = lambda control: None if control.value == "any" else control.value  # noqa: E731
+        return self.snapshot.filter(status=pick(self.status), core_only=self.core_only.value,
+                                    text=self.search.value.strip(), autograd=pick(self.autograd),
+                                    autocast=pick(self.autocast), transitive=self.transitive.value == "transitive")
+
+    def refresh(self) -> None:
+        rows = self.filtered()
+        self.count.value = f"<b>{len(rows)}</b> of {len(self.snapshot.rows)} overloads match"
+        self.table.value = rows_table(rows)
+
+    def figure(self):
+        return coverage_treemap(self.snapshot, core_only=self.core_only.value)
+
+    def drill_down(self, operator: str) -> None:
+        if operator not in {row.operator for row in self.snapshot.rows}:
+            return
+        backends = ("CPU", self.snapshot.backend_key) if self.snapshot.backend_key != "CPU" else ("CPU",)
+        self.show_figure(self.drill_output, dispatch_table_figure(backend_tables(operator, backends),
+                                                                  title=f"{operator}: computed entries by role"))
+
+    def diff_html(self) -> str:
+        if self.baseline is None:
+            return ""
+        changes = diff(self.baseline, self.snapshot)
+        body = "".join(f"<tr><td><code>{escape(c.operator)}</code></td><td>{escape(c.before)}</td>"
+                       f"<td>{escape(c.after)}</td></tr>" for c in changes[:TABLE_ROWS])
+        return (f"<h4>{len(changes)} overloads differ from {escape(self.baseline.label)}</h4>"
+                "<div style='max-height:18em;overflow:auto'><table><thead><tr><th>operator</th>"
+                f"<th>{escape(self.baseline.label)}</th><th>{escape(self.snapshot.label)}</th></tr></thead>"
+                f"<tbody>{body}</tbody></table></div>")
+
+    def static_html(self) -> str:
+        summary = self.snapshot.summary()
+        falling = self.snapshot.filter(status="fallback", transitive=True, core_only=True)
+        return (f"<div class='explorer-widget'>{figure_html(self.figure())}"
+                f"<p>{summary['without_fallback_percent']}% of {summary['operators']} overloads run without the "
+                f"fallback. Core-ATen overloads that fall back ({len(falling)}):</p>{rows_table(falling)}"
+                f"{self.diff_html()}</div>")

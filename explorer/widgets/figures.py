@@ -1,0 +1,221 @@
+"""Plotly pictures of the engine's data: traces, dispatch tables, coverage, fallbacks and memory.
+
+Each function takes the engine's plain data and returns a `plotly.graph_objects.Figure`;
+all interactivity is plotly's own (hover, zoom, buttons), so the pictures keep
+working in a saved notebook or a static page with no kernel.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Sequence
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from explorer.coverage import STATUS_ORDER, CoverageSnapshot
+from explorer.dispatch_table import KERNEL_KINDS, KIND_DESCRIPTIONS, KernelEntry
+from explorer.tracer import Hop, Trace, key_priority
+
+KIND_COLOURS = {
+    "kernel": "#2e7d32", "composite_explicit": "#66bb6a", "composite_explicit_nonfunctional": "#9ccc65",
+    "composite_implicit": "#26a69a", "autograd": "#1e88e5", "fallback": "#ef6c00", "fallthrough": "#bdbdbd",
+    "missing": "#c62828",
+}
+HOST_KEY = "CPU"
+
+
+def lane_order(keys: Sequence[str], backend_key: str = "PrivateUse1") -> list[str]:
+    """Dispatch keys in the order the dispatcher tries them; the host CPU lane goes right after the backend."""
+    priority = {name: rank for rank, name in enumerate(key_priority())}
+    ordered = sorted(set(keys), key=lambda name: priority.get(name, len(priority)))
+    if HOST_KEY in ordered and backend_key in ordered:
+        ordered.remove(HOST_KEY)
+        ordered.insert(ordered.index(backend_key) + 1, HOST_KEY)
+    return ordered
+
+
+def _hop_text(hop: Hop) -> str:
+    shapes = "<br>".join(f"  {t.shape} {t.dtype.removeprefix('torch.')} {t.device}" for t in hop.inputs[:6])
+    timing = "skipped (fallthrough)" if hop.skipped else f"{hop.duration_ns / 1e3:.1f} µs"
+    return (f"<b>{hop.operator}</b><br>key: {hop.key}<br>kernel: {hop.kind}<br>{timing}, {hop.phase}, depth {hop.depth}"
+            + (f"<br>registered at: {hop.provenance[-70:]}" if hop.provenance else "")
+            + (f"<br>inputs:<br>{shapes}" if shapes else "") + (f"<br><b>error:</b> {hop.error}" if hop.error else ""))
+
+
+def _add_trace_panel(figure: go.Figure, recorded: Trace, row: int, legend: bool, max_hops: int) -> list[str]:
+    """Draw one trace into `figure`; returns the visibility group of every plotly trace added."""
+    hops = recorded.hops[:max_hops]
+    lanes = lane_order([hop.key for hop in hops])
+    position = {hop.index: step for step, hop in enumerate(hops)}
+    groups: list[str] = []
+    edges_x: list = []
+    edges_y: list = []
+    for hop in hops:
+        if hop.parent is not None and hop.parent in position:
+            parent = recorded.hops[hop.parent]
+            edges_x += [position[parent.index], position[hop.index], None]
+            edges_y += [parent.key, hop.key, None]
+    figure.add_trace(go.Scattergl(x=edges_x, y=edges_y, mode="lines", line={"color": "#cfd8dc", "width": 1},
+                                  hoverinfo="skip", showlegend=False, name="calls"), row=row, col=1)
+    groups.append("edges")
+    buckets: dict[tuple[str, str], list[Hop]] = defaultdict(list)
+    for hop in hops:
+        category = "skipped" if hop.skipped else ("top" if hop.depth == 0 else "nested")
+        buckets[(hop.kind, category)].append(hop)
+    shown_in_legend = set()
+    for (kind, category), members in sorted(buckets.items(), key=lambda item: KERNEL_KINDS.index(item[0][0])):
+        figure.add_trace(go.Scattergl(
+            x=[position[hop.index] for hop in members], y=[hop.key for hop in members], mode="markers",
+            marker={"color": KIND_COLOURS[kind], "size": 9 if category == "top" else 7,
+                    "symbol": ["diamond" if hop.phase == "backward" else "square" for hop in members],
+                    "line": {"width": 1, "color": "#37474f" if category == "top" else "white"}},
+            name=kind, legendgroup=kind, showlegend=legend and kind not in shown_in_legend,
+            hovertext=[_hop_text(hop) for hop in members], hoverinfo="text"), row=row, col=1)
+        shown_in_legend.add(kind)
+        groups.append(category)
+    backward = [position[hop.index] for hop in hops if hop.phase == "backward"]
+    if backward:
+        figure.add_vrect(x0=min(backward) - 0.5, x1=max(backward) + 0.5, fillcolor="#fff3e0", opacity=0.5,
+                         line_width=0, layer="below", row=row, col=1,
+                         annotation_text="backward", annotation_position="top left")
+    figure.update_yaxes(categoryorder="array", categoryarray=lanes[::-1], row=row, col=1)
+    figure.update_xaxes(title_text="hop, in the order the dispatcher reached it", row=row, col=1)
+    return groups
+
+
+def _toggle_buttons(groups: list[str]) -> list[dict]:
+    def visible(hidden: set[str]) -> list[bool]:
+        return [group not in hidden for group in groups]
+
+    return [{"type": "buttons", "direction": "right", "x": 0, "y": 1.12, "xanchor": "left", "showactive": True,
+             "buttons": [
+                 {"label": "all hops", "method": "restyle", "args": [{"visible": visible(set())}]},
+                 {"label": "hide fallthroughs", "method": "restyle", "args": [{"visible": visible({"skipped"})}]},
+                 {"label": "collapse decompositions", "method": "restyle",
+                  "args": [{"visible": visible({"nested", "skipped", "edges"})}]},
+             ]}]
+
+
+def trace_figure(recorded: Trace, title: str | None = None, max_hops: int = 20_000) -> go.Figure:
+    """The path of a trace through the dispatcher: one lane per key, hops in sequence, colour by kernel kind.
+
+    Squares are forward hops, diamonds backward ones; framed markers are top-level calls,
+    grey lines join a hop to the hops it called. The buttons hide fallthroughs or show
+    only the top-level calls; hovering a hop shows its details.
+    """
+    figure = make_subplots(rows=1, cols=1)
+    groups = _add_trace_panel(figure, recorded, 1, True, max_hops)
+    lanes = len({hop.key for hop in recorded.hops[:max_hops]})
+    figure.update_layout(title=title or f"Dispatcher trace on {recorded.device} ({len(recorded.hops)} hops)",
+                         height=160 + 42 * max(lanes, 3), updatemenus=_toggle_buttons(groups),
+                         legend_title_text="kernel kind", margin={"t": 90}, hovermode="closest")
+    return figure
+
+
+def compare_figure(traces: Sequence[Trace], titles: Sequence[str] | None = None, max_hops: int = 20_000) -> go.Figure:
+    """Several traces stacked (the same code on cpu and on sim, say), sharing the toggle buttons."""
+    titles = list(titles or [f"on {recorded.device}" for recorded in traces])
+    lanes = [len({hop.key for hop in recorded.hops[:max_hops]}) for recorded in traces]
+    figure = make_subplots(rows=len(traces), cols=1, subplot_titles=titles, vertical_spacing=0.12,
+                           row_heights=[max(n, 3) for n in lanes])
+    groups: list[str] = []
+    for row, recorded in enumerate(traces, start=1):
+        groups += _add_trace_panel(figure, recorded, row, row == 1, max_hops)
+    figure.update_layout(title="The same code on different devices", height=140 + 46 * sum(max(n, 3) for n in lanes),
+                         updatemenus=_toggle_buttons(groups), margin={"t": 100}, legend_title_text="kernel kind")
+    return figure
+
+
+def dispatch_table_figure(tables: dict[str, list[KernelEntry]], title: str | None = None) -> go.Figure:
+    """A grid of computed entries: one column per operator or backend, one row per key, colour by kind."""
+    columns = list(tables)
+    keys = list(dict.fromkeys(entry.key for entries in tables.values() for entry in entries))
+    kinds = list(KERNEL_KINDS)
+    z, text, hover = [], [], []
+    for key in keys:
+        row_z, row_text, row_hover = [], [], []
+        for column in columns:
+            entry = next((e for e in tables[column] if e.key == key), None)
+            kind = entry.kind if entry else "missing"
+            row_z.append(kinds.index(kind))
+            row_text.append(kind.replace("composite_", "composite ").replace("_", " "))
+            row_hover.append(f"<b>{column}</b> @ {key}<br>{kind}: {KIND_DESCRIPTIONS[kind]}"
+                             + (f"<br>registered at {entry.provenance}" if entry and entry.provenance else ""))
+        z.append(row_z)
+        text.append(row_text)
+        hover.append(row_hover)
+    scale = []
+    for index, kind in enumerate(kinds):
+        low, high = index / len(kinds), (index + 1) / len(kinds)
+        scale += [[low, KIND_COLOURS[kind]], [high, KIND_COLOURS[kind]]]
+    figure = go.Figure(go.Heatmap(z=z, x=columns, y=keys, text=text, texttemplate="%{text}", hovertext=hover,
+                                  hoverinfo="text", colorscale=scale, zmin=-0.5, zmax=len(kinds) - 0.5,
+                                  showscale=False, xgap=3, ygap=3))
+    figure.update_layout(title=title or "Computed dispatch table", height=120 + 38 * len(keys),
+                         yaxis={"autorange": "reversed"}, xaxis={"side": "top"}, margin={"t": 110})
+    return figure
+
+
+def coverage_treemap(snapshot: CoverageSnapshot, transitive: bool = True, core_only: bool = False) -> go.Figure:
+    """Status -> operator family -> overload, sized by overload count."""
+    rows = [row for row in snapshot.rows if row.core or not core_only]
+    ids, labels, parents, values, colours = ["all"], [f"{snapshot.label}: {len(rows)} overloads"], [""], [len(rows)], ["#ffffff"]
+    status_of = (lambda row: row.transitive) if transitive else (lambda row: row.backend)
+    by_status: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        by_status[status_of(row)][row.family].append(row.operator)
+    for status in STATUS_ORDER:
+        families = by_status.get(status)
+        if not families:
+            continue
+        total = sum(len(ops) for ops in families.values())
+        ids.append(status)
+        labels.append(status)
+        parents.append("all")
+        values.append(total)
+        colours.append(KIND_COLOURS[status])
+        for family, operators in sorted(families.items()):
+            ids.append(f"{status}/{family}")
+            labels.append(family)
+            parents.append(status)
+            values.append(len(operators))
+            colours.append(KIND_COLOURS[status])
+    figure = go.Figure(go.Treemap(ids=ids, labels=labels, parents=parents, values=values, branchvalues="total",
+                                  marker={"colors": colours}, maxdepth=2,
+                                  hovertemplate="%{label}: %{value} overloads<extra></extra>"))
+    figure.update_layout(title=f"Coverage of {snapshot.label} by status and operator family"
+                               + (" (core ATen)" if core_only else "") + (", transitive" if transitive else ""),
+                         height=520, margin={"t": 60, "l": 10, "r": 10, "b": 10})
+    return figure
+
+
+def fallback_bars(counts: dict[str, int], title: str = "Operators that reached the fallback", top: int = 25) -> go.Figure:
+    ranked = sorted(counts.items(), key=lambda item: -item[1])[:top]
+    figure = go.Figure(go.Bar(x=[count for _, count in ranked][::-1], y=[name for name, _ in ranked][::-1],
+                              orientation="h", marker_color=KIND_COLOURS["fallback"]))
+    figure.update_layout(title=title, xaxis_title="calls", height=max(260, 26 * len(ranked) + 120),
+                         margin={"l": 10})
+    return figure
+
+
+def memory_figure(samples: Sequence[dict], capacities: dict[int, int] | None = None) -> go.Figure:
+    """Allocated, reserved and peak bytes per device over the samples, with each device's capacity as a line."""
+    figure = go.Figure()
+    devices = sorted({sample["device"] for sample in samples})
+    dashes = {"allocated": "solid", "reserved": "dot", "peak": "dash"}
+    for device in devices:
+        series = [sample for sample in samples if sample["device"] == device]
+        steps = [sample["step"] for sample in series]
+        for measure, dash in dashes.items():
+            figure.add_trace(go.Scatter(x=steps, y=[sample[measure] / 2**20 for sample in series],
+                                        mode="lines+markers", name=f"sim:{device} {measure}",
+                                        line={"dash": dash}))
+        peak = max((sample["reserved"] for sample in series), default=0)
+        if capacities and device in capacities and peak > 0.05 * capacities[device]:
+            figure.add_hline(y=capacities[device] / 2**20, line_dash="longdash", line_color="#c62828",
+                             annotation_text=f"sim:{device} capacity")
+    title = "Device memory while the workload ran"
+    if capacities:
+        title += " (capacity " + ", ".join(f"sim:{d} {c / 2**20:.0f} MiB" for d, c in sorted(capacities.items())) + ")"
+    figure.update_layout(title=title, xaxis_title="step", yaxis_title="MiB", height=420)
+    return figure

@@ -1,0 +1,90 @@
+"""GuideStepper: the integration guide step by step, each step checked live in fresh processes."""
+from __future__ import annotations
+
+import ipywidgets
+
+from explorer import guide
+from explorer.widgets.base import ExplorerWidget, escape, message_html
+
+
+def check_html(check: guide.StepCheck | None) -> str:
+    if check is None:
+        return "<p><i>Press “Run the check” to run it before and after this step, in fresh processes.</i></p>"
+    mark = lambda ok: "✅ works" if ok else "❌ fails"  # noqa: E731
+    coverage = ""
+    if check.coverage_after is not None:
+        changed = ", ".join(escape(change.operator) for change in check.coverage_changes[:12])
+        coverage = (f"<p>Coverage: {len(check.coverage_changes)} overloads change status on the sim keys"
+                    + (f" (e.g. {changed}{' …' if len(check.coverage_changes) > 12 else ''})" if changed else "")
+                    + f"; {check.coverage_before}% → {check.coverage_after}% run without the fallback.</p>")
+    return (f"<table><tr><th>before the step</th><td>{mark(check.before_succeeded)}</td>"
+            f"<td><pre style='white-space:pre-wrap'>{escape(check.before)}</pre></td></tr>"
+            f"<tr><th>after the step</th><td>{mark(check.after_succeeded)}</td>"
+            f"<td><pre style='white-space:pre-wrap'>{escape(check.after)}</pre></td></tr></table>{coverage}")
+
+
+def step_html(step: guide.GuideStep, check: guide.StepCheck | None, open_source: bool = False) -> str:
+    return (f"<h3>Step {step.number}: {escape(step.title)}</h3>"
+            f"<p style='white-space:pre-wrap'>{escape(step.explanation)}</p>"
+            f"<h4>The check</h4><pre>{escape(step.check_code)}</pre>{check_html(check)}"
+            f"<details{' open' if open_source else ''}><summary>The sim backend's source: "
+            f"<code>{escape(step.module_path)}</code></summary><pre>{escape(step.source)}</pre></details>"
+            f"<details><summary>What a vendor writes in C++</summary><pre>{escape(step.vendor_cpp)}</pre></details>")
+
+
+class GuideStepper(ExplorerWidget):
+    """The guide as steps: `GuideStepper(start="operators", run_checks=True)`; Next/Back move between steps."""
+
+    def __init__(self, start: str | int = 1, run_checks: bool = False, only: list[str] | None = None) -> None:
+        self.steps = [step for step in guide.steps() if only is None or step.name in only]
+        if not self.steps:
+            raise ValueError(f"no such steps: {only}")
+        names = [step.name for step in self.steps]
+        self.index = (names.index(start) if isinstance(start, str) and start in names
+                      else max(0, min(int(start) - 1, len(self.steps) - 1)) if not isinstance(start, str) else None)
+        if self.index is None:
+            raise ValueError(f"unknown step {start!r}; the steps are: {', '.join(names)}")
+        self.run_checks = run_checks
+        self.checks: dict[str, guide.StepCheck] = {}
+        self.back = ipywidgets.Button(description="Back", icon="arrow-left")
+        self.next = ipywidgets.Button(description="Next", icon="arrow-right")
+        self.check_button = ipywidgets.Button(description="Run the check", button_style="primary", icon="play")
+        self.progress = ipywidgets.IntProgress(min=0, max=len(self.steps), description="guide")
+        self.position = ipywidgets.HTML()
+        self.body = ipywidgets.HTML()
+        self.back.on_click(lambda _: self.go(self.index - 1))
+        self.next.on_click(lambda _: self.go(self.index + 1))
+        self.check_button.on_click(lambda _: self.check())
+        super().__init__([ipywidgets.HBox([self.back, self.next, self.check_button, self.progress, self.position]),
+                          self.body])
+        self.go(self.index)
+
+    @property
+    def step(self) -> guide.GuideStep:
+        return self.steps[self.index]
+
+    def go(self, index: int) -> None:
+        self.index = max(0, min(index, len(self.steps) - 1))
+        self.back.disabled = self.index == 0
+        self.next.disabled = self.index == len(self.steps) - 1
+        self.progress.value = self.index + 1
+        self.position.value = f"step {self.index + 1} of {len(self.steps)}: <b>{escape(self.step.name)}</b>"
+        if self.run_checks and self.step.name not in self.checks:
+            self.check()
+        self.render()
+
+    def check(self) -> guide.StepCheck:
+        self.position.value = message_html(f"running the check of {self.step.name} in fresh processes …")
+        result = self.checks[self.step.name] = guide.check_step(self.step.name)
+        self.position.value = f"step {self.index + 1} of {len(self.steps)}: <b>{escape(self.step.name)}</b>"
+        self.render()
+        return result
+
+    def render(self) -> None:
+        self.body.value = step_html(self.step, self.checks.get(self.step.name))
+
+    def static_html(self) -> str:
+        sections = "".join(
+            f"<details{' open' if i == self.index else ''}><summary><b>Step {s.number}: {escape(s.title)}</b>"
+            f"</summary>{step_html(s, self.checks.get(s.name))}</details>" for i, s in enumerate(self.steps))
+        return f"<div class='explorer-widget guide'>{sections}</div>"

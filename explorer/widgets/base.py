@@ -4,7 +4,7 @@ In a live kernel a widget displays as ipywidgets controls (with a static HTML
 copy in the same output, for frontends without widgets). When the notebook is
 executed to build the docs (EXPLORER_STATIC=1), it displays as that HTML alone:
 plotly figures with their own client-side controls, and plain HTML that needs no
-kernel.
+kernel. The docs pages load plotly.js once, from the site itself (window.Plotly).
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import os
 import ipywidgets
 import plotly.graph_objects as go
 import plotly.io as pio
+from plotly.io._base_renderers import NotebookRenderer
 from IPython.display import display
 
 
@@ -22,30 +23,28 @@ def static_mode() -> bool:
     return os.environ.get("EXPLORER_STATIC") == "1"
 
 
-_notebook_ready = False
+STATIC_RENDERER = "explorer_static"
 
 
 def setup_notebook() -> None:
     """Choose plotly's renderer for this environment (call once, at the top of a notebook).
 
-    Static mode: the "notebook" renderer, which puts plotly.js into the page once and
-    draws figures without a kernel. Live: the plotly mime renderer of JupyterLab.
+    Static mode: HTML that draws with the page's own plotly.js, no kernel needed.
+    Live: the plotly mime renderer of JupyterLab.
     """
-    global _notebook_ready
     if static_mode():
-        pio.renderers.default = "notebook"
-        if not _notebook_ready:
-            import plotly.offline
-
-            plotly.offline.init_notebook_mode(connected=False)
+        if STATIC_RENDERER not in pio.renderers:
+            renderer = NotebookRenderer()
+            renderer.global_init = False  # the site loads plotly.js itself, once for every page
+            pio.renderers[STATIC_RENDERER] = renderer
+        pio.renderers.default = STATIC_RENDERER
     else:
         pio.renderers.default = "plotly_mimetype"
-    _notebook_ready = True
 
 
 def figure_html(figure: go.Figure) -> str:
     """A figure as an HTML fragment that draws itself with the plotly.js the page already has."""
-    return pio.to_html(figure, include_plotlyjs="require" if static_mode() else False, full_html=False,
+    return pio.to_html(figure, include_plotlyjs=False, full_html=False,
                        config={"displaylogo": False, "responsive": True})
 
 

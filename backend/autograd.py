@@ -1,4 +1,4 @@
-"""Step 8, autograd.
+"""Step 8, autograd: keep PyTorch's derivative formulas, and override one where the device differs.
 
 PyTorch's own derivative formulas are registered for every Autograd<Backend> key
 through the Autograd alias, so training works on sim without any registration.

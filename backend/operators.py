@@ -1,4 +1,4 @@
-"""Step 5, operators and fallback.
+"""Step 5, operators and fallback: every operator gets a kernel, natively or through the fallback.
 
 Three layers, as a real backend has them:
 - the minimal operator set PyTorch needs to create, view, resize and copy tensors

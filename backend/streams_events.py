@@ -1,4 +1,4 @@
-"""Step 6, streams and events.
+"""Step 6, streams and events: the torch.cuda stream and event API, on a device that runs synchronously.
 
 The device guard hands out stream ids (a default stream per device, a pool, and
 new streams) and records events with a host timestamp. sim runs every kernel

@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -150,15 +151,26 @@ class StepCheck:
         return not self.before_succeeded and self.after_succeeded
 
 
+def _explanation(module) -> str:
+    """The module docstring without its 'Step N, name:' headline, one paragraph per line."""
+    text = inspect.getdoc(module) or ""
+    headline, _, rest = text.partition("\n")
+    body = rest if ":" in headline else text
+    summary = headline.split(":", 1)[1].strip() if ":" in headline else ""
+    summary = summary[:1].upper() + summary[1:]
+    paragraphs = [" ".join(part.split()) for part in body.strip().split("\n\n") if part.strip()]
+    return "\n\n".join(([summary] if summary else []) + paragraphs)
+
+
 def steps() -> list[GuideStep]:
     """The guide's steps, in the backend's bring-up order."""
     result = []
     for number, name in enumerate(STEPS, start=1):
         module = importlib.import_module(f"backend.{name}")
         path = Path(inspect.getsourcefile(module))
-        result.append(GuideStep(number, name, TITLES[name], inspect.getdoc(module) or "",
+        result.append(GuideStep(number, name, TITLES[name], _explanation(module),
                                 str(path.relative_to(Path(backend.__file__).parent.parent)), path.read_text(),
-                                VENDOR_CPP[name], bringup_checks.CHECKS[name].strip()))
+                                VENDOR_CPP[name], textwrap.dedent(bringup_checks.CHECKS[name]).strip()))
     return result
 
 

@@ -34,7 +34,7 @@ def hop_details(recorded: Trace, index: int) -> str:
             f"key <b>{escape(hop.key)}</b>, kernel <b>{escape(hop.kind)}</b>, {escape(hop.phase)}, depth {hop.depth}"
             + (" (fallthrough: skipped)" if hop.skipped else f", {hop.duration_ns / 1e3:.1f} µs")
             + (f"<br>registered at <code>{escape(hop.provenance)}</code>" if hop.provenance else "")
-            + (f"<br>inputs:<ul>{inputs}</ul>" if inputs else "")
+            + (f"<br>inputs:<ul>{inputs}</ul>" if inputs else "<br>")
             + (f"calls {len(children)} hop(s): " + ", ".join(escape(f"{c.operator}@{c.key}") for c in children[:8])
                if children else "")
             + (f"<br><b>error:</b> {escape(hop.error)}" if hop.error else ""))

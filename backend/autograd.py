@@ -9,6 +9,9 @@ uses them instead of recomputing the sigmoid, as a fused device kernel would.
 """
 from __future__ import annotations
 
+import atexit
+import time
+
 import torch
 
 _library: torch.library.Library | None = None
@@ -35,7 +38,21 @@ def silu_autograd_kernel(input: torch.Tensor) -> torch.Tensor:
     return _SiluWithSavedSigmoid.apply(input)
 
 
+def _let_autograd_threads_finish() -> None:
+    """Give the autograd engine's device threads the GIL before the interpreter shuts down.
+
+    Backward on sim runs on the engine's device thread. torch 2.13 keeps a Python
+    object in every backward's thread-local state, which that thread drops after
+    the backward has returned; if the interpreter is already finalizing, dropping it
+    ends the process with "terminate called without an active exception". A short
+    sleep at exit lets the thread finish first.
+    """
+    for _ in range(4):
+        time.sleep(0.005)
+
+
 def install() -> None:
     global _library
+    atexit.register(_let_autograd_threads_finish)
     _library = torch.library.Library("aten", "IMPL")
     _library.impl("silu", silu_autograd_kernel, "AutogradPrivateUse1")

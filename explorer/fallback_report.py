@@ -89,7 +89,8 @@ def user_call_site(skip_directories: tuple[str, ...] = ()) -> str:
         if not filename.startswith(skipped) and not filename.startswith("<frozen"):
             return f"{filename}:{frame.f_lineno} in {frame.f_code.co_name}"
         frame = frame.f_back
-    return "(unknown)"
+    node = torch._C._current_autograd_node()
+    return f"(backward: {node.name()})" if node is not None else "(no Python caller)"
 
 
 def fallback_operators(backend_key: str = "PrivateUse1") -> list[str]:

@@ -51,3 +51,11 @@ def test_backward_twice_without_retain_graph_is_the_usual_error():
     y.backward()
     with pytest.raises(RuntimeError, match="second time"):
         y.backward()
+
+
+def test_the_process_exits_cleanly_right_after_a_backward():
+    from tests.conftest import run_python
+
+    for _ in range(4):
+        result = run_python("import torch; x = torch.randn(4, device='sim', requires_grad=True); (x * 2).sum().backward()")
+        assert result.returncode == 0 and "terminate" not in result.stderr, result.stderr

@@ -1,34 +1,56 @@
-# The two commands of the quick start: `make demo` and `make test`.
+# The quick start: `make docs` (the main job: build the site and serve it) and `make test`.
 # Each one sets everything up by itself on a fresh machine.
 VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 SYSTEM_PYTHON ?= python3
 PYTEST_WORKERS ?= 2
+PORT ?= 8000
 
-.PHONY: setup demo test test-full benchmark clean
+.PHONY: setup browser demo docs serve lab test test-full benchmark clean
 
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(SYSTEM_PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -c constraints.txt -e ".[test]"
+	$(PIP) install --quiet -c constraints.txt -e ".[test,docs]"
 	$(PYTHON) -c "import torch; print('sim ready:', torch.sim.device_count(), 'devices')"
 	touch $@
+
+# Debian's Chromium for the browser tests (Playwright drives it; no browser download).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	  else echo "the browser tests need Debian's chromium: sudo apt-get install chromium"; exit 1; fi; }
 
 demo: setup
 	$(PYTHON) -m backend.demo
 
-test: setup
+# Builds the site strictly (every notebook executed, any error or warning fails) and serves it.
+docs: setup
+	@start=$$(date +%s); \
+	NO_MKDOCS_2_WARNING=1 timeout 1800 $(PYTHON) -m mkdocs build --strict || exit 1; \
+	echo "site built in $$(( $$(date +%s) - start )) s"
+	$(MAKE) --no-print-directory serve
+
+serve:
+	@echo "serving the site on http://127.0.0.1:$(PORT)/ (Ctrl+C to stop)"
+	$(PYTHON) -m http.server $(PORT) --bind 127.0.0.1 --directory site
+
+lab: setup
+	$(PYTHON) -m jupyterlab --ip=127.0.0.1 --no-browser $$( [ "$$(id -u)" = 0 ] && echo --allow-root ) notebooks
+
+test: setup browser
 	$(PYTHON) -m pytest -n $(PYTEST_WORKERS) tests
 
-test-full: setup
+test-full: setup browser
 	SIM_FULL_OPINFO=1 $(PYTHON) -m pytest -n $(PYTEST_WORKERS) tests
 
 benchmark: setup
 	$(PYTHON) benchmarks/backend_speed.py
 	$(PYTHON) benchmarks/explorer_speed.py
+	$(PYTHON) benchmarks/widget_speed.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build site docs/notebooks *.egg-info

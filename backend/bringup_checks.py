@@ -87,7 +87,10 @@ class CheckResult:
 
     @property
     def summary(self) -> str:
-        return self.output.strip() if self.succeeded else self.error
+        """What the check printed, or the first 300 characters of its error."""
+        if self.succeeded:
+            return self.output.strip()
+        return self.error if len(self.error) <= 300 else self.error[:300].rstrip() + " …"
 
 
 def check_program(step: str, installed_until: str | None) -> tuple[str, dict[str, str]]:

@@ -151,6 +151,18 @@ class StepCheck:
         return not self.before_succeeded and self.after_succeeded
 
 
+def _join_paragraph(text: str) -> str:
+    """Unwrap a docstring paragraph, keeping list items ('- ...') on lines of their own."""
+    items: list[str] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("- ") or not items:
+            items.append(stripped)
+        else:
+            items[-1] += " " + stripped
+    return "\n".join(items)
+
+
 def _explanation(module) -> str:
     """The module docstring without its 'Step N, name:' headline, one paragraph per line."""
     text = inspect.getdoc(module) or ""
@@ -158,7 +170,7 @@ def _explanation(module) -> str:
     body = rest if ":" in headline else text
     summary = headline.split(":", 1)[1].strip() if ":" in headline else ""
     summary = summary[:1].upper() + summary[1:]
-    paragraphs = [" ".join(part.split()) for part in body.strip().split("\n\n") if part.strip()]
+    paragraphs = [_join_paragraph(part) for part in body.strip().split("\n\n") if part.strip()]
     return "\n\n".join(([summary] if summary else []) + paragraphs)
 
 

@@ -74,9 +74,7 @@ def execute(source: Path) -> tuple[str, float, list[str]]:
     notebook = nbformat.read(source, as_version=4)
     environment = dict(os.environ, EXPLORER_STATIC="1", SIM_FALLBACK="silent", PYTHONWARNINGS="default")
     client = NotebookClient(notebook, timeout=CELL_TIMEOUT, kernel_name="python3", allow_errors=False,
-                            store_widget_state=False, resources={"metadata": {"path": str(SOURCE)}},
-                            env=environment)
-    # nbclient passes `env` on to the kernel process
+                            resources={"metadata": {"path": str(SOURCE)}})
     try:
         client.execute(env=environment)
     except CellExecutionError as error:
@@ -84,6 +82,9 @@ def execute(source: Path) -> tuple[str, float, list[str]]:
         return source.name, time.perf_counter() - started, [f"{source.name}: a cell failed: {summary[-1] if summary else error}"]
     except Exception as error:  # a timeout or a dead kernel
         return source.name, time.perf_counter() - started, [f"{source.name}: {type(error).__name__}: {error}"]
+    # Widgets display as HTML in static mode; their model state is of no use to the page, and
+    # with it the page would load the widget manager from the network.
+    notebook.metadata.pop("widgets", None)
     nbformat.write(notebook, target)
     CACHE.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(target, cached)

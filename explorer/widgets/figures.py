@@ -116,11 +116,13 @@ def compare_figure(traces: Sequence[Trace], titles: Sequence[str] | None = None,
     """Several traces stacked (the same code on cpu and on sim, say), sharing the toggle buttons."""
     titles = list(titles or [f"on {recorded.device}" for recorded in traces])
     lanes = [len({hop.key for hop in recorded.hops[:max_hops]}) for recorded in traces]
-    figure = make_subplots(rows=len(traces), cols=1, subplot_titles=titles, vertical_spacing=0.12,
+    figure = make_subplots(rows=len(traces), cols=1, subplot_titles=titles, vertical_spacing=0.18,
                            row_heights=[max(n, 3) for n in lanes])
     groups: list[str] = []
     for row, recorded in enumerate(traces, start=1):
         groups += _add_trace_panel(figure, recorded, row, row == 1, max_hops)
+        if row < len(traces):
+            figure.update_xaxes(title_text=None, row=row, col=1)
     figure.update_layout(title="The same code on different devices", height=140 + 46 * sum(max(n, 3) for n in lanes),
                          updatemenus=_toggle_buttons(groups), margin={"t": 100}, legend_title_text="kernel kind")
     return figure

@@ -10,7 +10,8 @@ from explorer.widgets.base import ExplorerWidget, escape, message_html
 def check_html(check: guide.StepCheck | None) -> str:
     if check is None:
         return "<p><i>Press “Run the check” to run it before and after this step, in fresh processes.</i></p>"
-    mark = lambda ok: "✅ works" if ok else "❌ fails"  # noqa: E731
+    mark = lambda ok: ("<b style='color:#2e7d32'>works</b>" if ok  # noqa: E731
+                       else "<b style='color:#c62828'>fails</b>")
     coverage = ""
     if check.coverage_after is not None:
         changed = ", ".join(escape(change.operator) for change in check.coverage_changes[:12])

@@ -1,21 +1,52 @@
 """The sim backend's honest gap against PyTorch's OpInfo database: the ONE place for it.
 
-`GAPS` maps an OpInfo's full name (name plus variant, e.g. "div.floor_rounding")
-to a one-line reason. An entry whose reason starts with "skip:" is skipped (it
-crashes, hangs, or is random); every other entry is an expected failure (it fails
-deterministically, and the day it passes the test reports an unexpected success
-so the entry gets removed).
+tests/backend/test_device_generic.py runs every float32 OpInfo on sim against the
+CPU. Nothing else in it skips or expects failures: each entry below was observed
+failing, and its reason says why.
 
-`SHAPES_ONLY` maps the OpInfos whose outputs are random draws that sim and CPU do not
-share to the reason; for those the test compares shapes, dtypes and finiteness
-instead of values. They count as passing, and are listed here so that the weaker
-check is visible in the same file.
+`GAPS` maps an OpInfo's full name (name plus variant, e.g. "div.floor_rounding")
+to a one-line reason. A reason that starts with "skip:" makes the test skip (the
+op cannot run at all, crashes, hangs, or is random); any other reason makes it an
+expected failure, so the day the backend fixes it the test reports an unexpected
+success and the entry must go.
+
+`SHAPES_ONLY` maps the OpInfos whose output values are not defined to the reason;
+for those the test compares only the structure, shapes, dtypes and devices of the
+outputs. They count as passing and are listed here so that the weaker check is in
+the same file. (Random ops are not here: sim's device generator draws the same
+stream as the CPU generator from the same seed, so they are compared by value.)
 """
 from __future__ import annotations
 
-GAPS: dict[str, str] = {}
+_NO_SPARSE = ("sim has strided tensors only: the host fallback refuses to bring a {layout} result back "
+              "to the device ('sim supports strided tensors only, got layout {layout}', to_device in "
+              "sim_runtime.cpp), {where}")
+_JITERATOR = ("skip: CUDA-only OpInfo: torch.cuda.jiterator compiles CUDA C++ at run time and asserts "
+              "'Jiterator is only supported on CUDA and ROCm GPUs'; there is no CPU reference to compare with")
 
-SHAPES_ONLY: dict[str, str] = {}
+GAPS: dict[str, str] = {
+    "to_sparse": _NO_SPARSE.format(layout="Sparse", where="so Tensor.to_sparse() fails on sim"),
+    "sparse.mm.reduce": _NO_SPARSE.format(
+        layout="SparseCsr", where="so the sample inputs (Tensor.to_sparse_csr() on sim) cannot be made"),
+    "sparse.sampled_addmm": _NO_SPARSE.format(
+        layout="SparseCsr", where="so the sample inputs (Tensor.to_sparse_csr() on sim) cannot be made"),
+    "jiterator_unary": _JITERATOR,
+    "jiterator_binary": _JITERATOR,
+    "jiterator_binary_return_by_ref": _JITERATOR,
+    "jiterator_2inputs_2outputs": _JITERATOR,
+    "jiterator_4inputs_with_extra_args": _JITERATOR,
+}
+
+_UNINITIALIZED = "returns uninitialized memory: its values differ between any two allocations, on CPU too"
+
+SHAPES_ONLY: dict[str, str] = {
+    "empty": _UNINITIALIZED,
+    "empty_like": _UNINITIALIZED,
+    "empty_permuted": _UNINITIALIZED,
+    "empty_strided": _UNINITIALIZED,
+    "new_empty": _UNINITIALIZED,
+    "new_empty_strided": _UNINITIALIZED,
+}
 
 
 def is_skip(reason: str) -> bool:

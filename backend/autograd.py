@@ -34,7 +34,10 @@ class _SiluWithSavedSigmoid(torch.autograd.Function):
 
 
 def silu_autograd_kernel(input: torch.Tensor) -> torch.Tensor:
-    """The AutogradPrivateUse1 kernel of aten::silu on sim."""
+    """The AutogradPrivateUse1 kernel of aten::silu on sim: the saved-sigmoid path only when a gradient is needed."""
+    if not (torch.is_grad_enabled() and input.requires_grad):
+        with torch._C._AutoDispatchBelowAutograd():
+            return torch.ops.aten.silu.default(input)
     return _SiluWithSavedSigmoid.apply(input)
 
 

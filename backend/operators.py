@@ -48,7 +48,7 @@ NATIVE_OPERATORS: tuple[str, ...] = (
     "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "avg_pool2d", "avg_pool2d_backward",
     "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward", "embedding_dense_backward", "index_select",
     "native_dropout", "native_dropout_backward", "bernoulli_.float", "uniform_", "normal_",
-    "index.Tensor", "cat", "cat.out", "gather", "scatter_add", "clone",
+    "index.Tensor", "cat", "cat.out", "mode.values", "gather", "scatter_add", "clone",
     # optimizers (foreach kernels)
     "_foreach_add_.List", "_foreach_add_.Scalar", "_foreach_mul_.Scalar", "_foreach_mul_.Tensor",
     "_foreach_lerp_.Scalar", "_foreach_addcmul_.Scalar", "_foreach_addcdiv_.ScalarList", "_foreach_sqrt",

@@ -588,6 +588,7 @@ static at::Tensor to_device(const at::Tensor& host, c10::Device device) {
   if (!host.defined() || host.device().type() == kSim) return host;
   check_strided(host);
   if (is_sim_memory(host.storage())) return wrap_device_storage(host, device);
+  c10::DeviceGuard guard(device);  // the copy lands on the device of the call, not the current one
   at::Tensor result = at::detail::empty_strided_generic(host.sizes(), host.strides(), &g_allocator,
                                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                                   host.scalar_type());
@@ -699,6 +700,9 @@ struct HostAliases {
       if (host_impl->sizes() != device_impl->sizes() || host_impl->strides() != device_impl->strides() ||
           host_impl->storage_offset() != device_impl->storage_offset())
         device_impl->set_sizes_and_strides(host_impl->sizes(), host_impl->strides(), host_impl->storage_offset());
+      // a kernel may flip the lazy conjugate or negative bit of its out= tensor
+      if (host_impl->is_conj() != device_impl->is_conj()) device_impl->_set_conj(host_impl->is_conj());
+      if (host_impl->is_neg() != device_impl->is_neg()) device_impl->_set_neg(host_impl->is_neg());
     }
   }
 

@@ -74,3 +74,9 @@ def test_host_index_tensors_are_accepted_like_cuda():
     on_sim[mask] = torch.zeros(5, device="sim")
     x[mask] = 0
     assert torch.equal(on_sim.cpu(), x)
+
+
+def test_results_stay_on_the_device_of_their_inputs_when_another_is_current():
+    empty = torch.empty(0, device="sim:1")
+    assert torch.exp(empty).device == torch.device("sim:1")
+    assert torch.special.erfcx(torch.ones(3, device="sim:1")).device == torch.device("sim:1")

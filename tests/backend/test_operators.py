@@ -102,3 +102,21 @@ def test_conjugate_views_are_respected():
 def test_sparse_tensors_are_refused_clearly():
     with pytest.raises(NotImplementedError, match=r"sim supports strided \(dense\) tensors only, got layout Sparse"):
         torch.empty(2, 2, device="sim", layout=torch.sparse_coo)
+
+
+def test_out_arguments_keep_a_conjugate_bit_the_kernel_sets():
+    torch.manual_seed(0)
+    matrix = torch.randn(3, 3, dtype=torch.complex64)
+    rhs = torch.randn(1, 3, dtype=torch.complex64)
+    lu, pivots = torch.linalg.lu_factor(matrix)
+    expected = torch.linalg.lu_solve(lu, pivots, rhs, left=False)
+    got = torch.linalg.lu_solve(lu.to("sim"), pivots.to("sim"), rhs.to("sim"), left=False)
+    torch.testing.assert_close(got.cpu(), expected)
+
+
+def test_mode_with_out_arguments():
+    x = torch.tensor([[1.0, 2.0, 2.0], [3.0, 3.0, 1.0]])
+    values, indices = torch.empty(0, device="sim"), torch.empty(0, dtype=torch.long, device="sim")
+    torch.mode(x.to("sim"), 1, out=(values, indices))
+    expected = torch.mode(x, 1)
+    assert torch.equal(values.cpu(), expected.values) and torch.equal(indices.cpu(), expected.indices)

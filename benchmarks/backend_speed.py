@@ -16,18 +16,9 @@ from typing import Callable
 import torch
 
 from backend import workloads
+from timing import median_seconds
 
 REPEATS = 7
-
-
-def median_seconds(work: Callable[[], object], repeats: int = REPEATS) -> float:
-    work()  # warm-up
-    timings = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        work()
-        timings.append(time.perf_counter() - started)
-    return statistics.median(timings)
 
 
 def multiplies(device: str, size: int, count: int) -> Callable[[], object]:
@@ -89,8 +80,8 @@ def main() -> int:
     rows: list[tuple[str, float, float, str]] = []
 
     def compare(label: str, make: Callable[[str], Callable[[], object]], target: str) -> None:
-        cpu = median_seconds(make("cpu"))
-        sim = median_seconds(make("sim"))
+        cpu = median_seconds(make("cpu"), REPEATS, warm_up=True)
+        sim = median_seconds(make("sim"), REPEATS, warm_up=True)
         rows.append((label, cpu, sim, target))
 
     compare("1,000 multiplies, 64x64 float32 (per-op overhead)", lambda d: multiplies(d, 64, 1000), "<= 3x")

@@ -6,26 +6,17 @@ Figures are medians of several repeats, measured in this run.
 from __future__ import annotations
 
 import json
-import statistics
 import time
 from typing import Callable
 
 import torch
 
 from backend import workloads
+from timing import median_seconds
 from explorer import coverage
 from explorer.tracer import Tracer, trace
 
 REPEATS = 5
-
-
-def median_seconds(work: Callable[[], object], repeats: int = REPEATS) -> float:
-    timings = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        work()
-        timings.append(time.perf_counter() - started)
-    return statistics.median(timings)
 
 
 def mlp_step(device: str) -> Callable[[], object]:

@@ -4,24 +4,14 @@ Run: `make benchmark` (or `python benchmarks/widget_speed.py` in the project's v
 """
 from __future__ import annotations
 
-import statistics
-import time
 
 import torch
+from timing import median_seconds
 
 from explorer import trace
 from explorer.widgets import CoverageExplorer
 from explorer.widgets.base import figure_html
 from explorer.widgets.figures import trace_figure
-
-
-def median_seconds(work, repeats: int = 5) -> float:
-    timings = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        work()
-        timings.append(time.perf_counter() - started)
-    return statistics.median(timings)
 
 
 def main() -> int:

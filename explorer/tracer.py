@@ -15,7 +15,6 @@ import contextlib
 import ctypes
 import functools
 import json
-import sys
 import threading
 import time
 import warnings

@@ -5,7 +5,7 @@ import ipywidgets
 
 from explorer.coverage import STATUS_ORDER, CoverageSnapshot, coverage, diff
 from explorer.dispatch_table import FALLTHROUGH, backend_tables
-from explorer.widgets.base import ExplorerWidget, escape, figure_html, message_html
+from explorer.widgets.base import ExplorerWidget, escape, figure_html
 from explorer.widgets.figures import coverage_treemap, dispatch_table_figure
 
 TABLE_ROWS = 200

@@ -21,6 +21,9 @@ CELLS = [
 
 @pytest.fixture(scope="module")
 def jupyterlab(tmp_path_factory):
+    from explorer.tracer import _native
+
+    _native()  # compile the explorer's helper here, not inside the kernel under test
     root = tmp_path_factory.mktemp("lab")
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in CELLS])
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -57,14 +60,16 @@ def jupyterlab(tmp_path_factory):
 def test_visualizer_and_stepper_work_live(jupyterlab):
     with browser_page() as (page, errors):
         page.goto(jupyterlab)
-        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
-        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
-        page.locator(".jp-Cell").first.click()
-        for _ in CELLS:
-            page.keyboard.press("Shift+Enter")
-            time.sleep(0.3)
+        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+        page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
         trace_button = page.locator(".jupyter-widgets button", has_text="Trace")
-        trace_button.wait_for(timeout=120_000)
+        try:
+            trace_button.wait_for(timeout=240_000)
+        except Exception:
+            page.screenshot(path=os.environ.get("EXPLORER_SCREENSHOT", "/tmp/jupyterlab-widgets.png"))
+            raise
         page.wait_for_selector(".widget-output .js-plotly-plot", timeout=60_000)
         assert "hops on sim" in page.locator(".widget-html", has_text="hops on").first.inner_text()
 

@@ -193,6 +193,8 @@ class Tracer:
         self._local = threading.local()
         self._priority = {name: rank for rank, name in enumerate(key_priority())}
         self._dumps: dict[str, str] = {}
+        self._keyset_names: dict[int, tuple[str, ...]] = {}
+        self._kinds: dict[tuple[str, str], str] = {}
         self._library = None
         self._device_type = "privateuse1" if torch.device(device).type not in ("cpu", "meta") else "cpu"
         self._wrapped_number = _native().wrapped_number
@@ -263,10 +265,24 @@ class Tracer:
         for value in (*arguments, *keyword_arguments.values()):
             for tensor in value if isinstance(value, (list, tuple)) else (value,):
                 if isinstance(tensor, torch.Tensor):
-                    keys.update(_keys_of(torch._C._dispatch_keys(tensor)))
-        keys.update(_keys_of(torch._C._dispatch_tls_local_include_set()))
-        keys.difference_update(_keys_of(torch._C._dispatch_tls_local_exclude_set()))
+                    keys.update(self._names(torch._C._dispatch_keys(tensor)))
+        keys.update(self._names(torch._C._dispatch_tls_local_include_set()))
+        keys.difference_update(self._names(torch._C._dispatch_tls_local_exclude_set()))
         return sorted(keys, key=lambda name: self._priority.get(name, len(self._priority)))
+
+    def _names(self, keyset: Any) -> tuple[str, ...]:
+        """The key names of a key set (cached: a run sees few distinct key sets)."""
+        raw = keyset.raw_repr()
+        names = self._keyset_names.get(raw)
+        if names is None:
+            names = self._keyset_names[raw] = tuple(_keys_of(keyset))
+        return names
+
+    def _kind(self, operator: str, key: str) -> str:
+        cached = self._kinds.get((operator, key))
+        if cached is None:
+            cached = self._kinds[(operator, key)] = entry_from_dump(operator, self._dumps.get(operator, ""), key).kind
+        return cached
 
     def _skipped_before(self, operator: str, key: str, keys: list[str], parent: Hop | None) -> list[str]:
         """Fallthrough keys the call passed over on its way to `key`: those of `keys` above it
@@ -274,11 +290,10 @@ class Tracer:
         rank = self._priority.get(key, 0)
         continuing = parent is not None and parent.operator == operator
         floor = self._priority.get(parent.key, -1) if continuing else -1
-        dump = self._dumps.get(operator, "")
         skipped = []
         for candidate in keys:
             candidate_rank = self._priority.get(candidate, 0)
-            if floor < candidate_rank < rank and entry_from_dump(operator, dump, candidate).kind == FALLTHROUGH:
+            if floor < candidate_rank < rank and self._kind(operator, candidate) == FALLTHROUGH:
                 skipped.append(candidate)
         return sorted(skipped, key=lambda name: self._priority.get(name, 0))
 

@@ -57,13 +57,27 @@ def jupyterlab(tmp_path_factory):
         server.kill()
 
 
+def run_all_cells(page, attempts: int = 4) -> None:
+    """Run every cell from the Run menu, again if the kernel was not ready to take the request."""
+    for _ in range(attempts):
+        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+        page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+        try:
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('.jp-InputPrompt')].some("
+                "p => /\\[(\\*|\\d+)\\]/.test(p.innerText))", timeout=45_000)
+            return
+        except Exception:
+            page.keyboard.press("Escape")
+    pytest.fail("JupyterLab did not start running the cells")
+
+
 def test_visualizer_and_stepper_work_live(jupyterlab):
     with browser_page() as (page, errors):
         page.goto(jupyterlab)
         page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=120_000)
         page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
-        page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-        page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+        run_all_cells(page)
         trace_button = page.locator(".jupyter-widgets button", has_text="Trace")
         try:
             trace_button.wait_for(timeout=240_000)

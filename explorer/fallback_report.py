@@ -87,6 +87,8 @@ def user_call_site(skip_directories: tuple[str, ...] = ()) -> str:
     while frame is not None:
         filename = frame.f_code.co_filename
         if not filename.startswith(skipped) and not filename.startswith("<frozen"):
+            if "ipykernel_" in filename:  # a notebook cell: its temporary file name means nothing to the reader
+                return f"notebook cell, line {frame.f_lineno} in {frame.f_code.co_name}"
             return f"{filename}:{frame.f_lineno} in {frame.f_code.co_name}"
         frame = frame.f_back
     node = torch._C._current_autograd_node()

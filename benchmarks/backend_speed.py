@@ -16,7 +16,7 @@ from typing import Callable
 import torch
 
 from backend import workloads
-from timing import median_seconds
+from timing import median_seconds, step_seconds
 
 REPEATS = 7
 
@@ -49,19 +49,6 @@ def training_step(name: str, device: str) -> Callable[[], object]:
         return loss
 
     return run
-
-
-def step_seconds(work: Callable[[], object], steps: int = 200) -> tuple[float, float]:
-    """Median and 90th percentile of single training steps (the typical step, and the slow tail)."""
-    for _ in range(10):
-        work()
-    timings = []
-    for _ in range(steps):
-        started = time.perf_counter()
-        work()
-        timings.append(time.perf_counter() - started)
-    timings.sort()
-    return statistics.median(timings), timings[int(0.9 * len(timings))]
 
 
 def import_seconds(autoload: bool) -> float:

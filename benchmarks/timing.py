@@ -16,3 +16,16 @@ def median_seconds(work: Callable[[], object], repeats: int = 5, warm_up: bool =
         work()
         timings.append(time.perf_counter() - started)
     return statistics.median(timings)
+
+
+def step_seconds(work: Callable[[], object], steps: int = 200) -> tuple[float, float]:
+    """Median and 90th percentile of single calls of `work` (the typical step, and the slow tail)."""
+    for _ in range(10):
+        work()
+    timings = []
+    for _ in range(steps):
+        started = time.perf_counter()
+        work()
+        timings.append(time.perf_counter() - started)
+    timings.sort()
+    return statistics.median(timings), timings[int(0.9 * len(timings))]

@@ -51,6 +51,7 @@ class CoverageExplorer(ExplorerWidget):
         self.drill_output = ipywidgets.Output()
         self.picture = ipywidgets.Output()
         self.differences = ipywidgets.HTML()
+        self.drilled = None
         for control in (self.search, self.status, self.transitive, self.core_only, self.autograd, self.autocast):
             control.observe(lambda change: self.refresh(), names="value")
         self.core_only.observe(lambda change: self.show_figure(self.picture, self.figure()), names="value")
@@ -78,12 +79,15 @@ class CoverageExplorer(ExplorerWidget):
     def figure(self):
         return coverage_treemap(self.snapshot, core_only=self.core_only.value)
 
-    def drill_down(self, operator: str) -> None:
+    def drill_down(self, operator: str):
+        """Draw one operator's dispatch table for CPU and this backend; returns the figure (None if unknown)."""
         if operator not in {row.operator for row in self.snapshot.rows}:
-            return
+            return None
         backends = ("CPU", self.snapshot.backend_key) if self.snapshot.backend_key != "CPU" else ("CPU",)
-        self.show_figure(self.drill_output, dispatch_table_figure(backend_tables(operator, backends),
-                                                                  title=f"{operator}: computed entries by role"))
+        self.drilled = dispatch_table_figure(backend_tables(operator, backends),
+                                             title=f"{operator}: computed entries by role")
+        self.show_figure(self.drill_output, self.drilled)
+        return self.drilled
 
     def diff_html(self) -> str:
         if self.baseline is None:

@@ -33,7 +33,7 @@ def coverage_figure(snapshot: CoverageSnapshot) -> go.Figure:
                        marker_color=STATUS_COLOURS[status],
                        hovertemplate="%{y}: %{x}% (%{customdata} overloads)<extra>" + status + "</extra>")
     figure.update_layout(barmode="stack", title=f"How ATen overloads resolve on {snapshot.label}",
-                         xaxis_title="% of overloads", height=360, legend_orientation="h")
+                         xaxis_title="% of overloads", height=380, legend={"orientation": "h", "y": -0.3})
     return figure
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from explorer.dispatch_table import (
-    COMPOSITE_EXPLICIT, COMPOSITE_EXPLICIT_NONFUNCTIONAL, COMPOSITE_IMPLICIT, FALLBACK, KERNEL, MISSING, canonical_key, entry_from_dump,
+    COMPOSITE_EXPLICIT, COMPOSITE_EXPLICIT_NONFUNCTIONAL, COMPOSITE_IMPLICIT, FALLBACK, KERNEL, MISSING, entry_from_dump, role_keys,
 )
 
 COMPOSITES = (COMPOSITE_IMPLICIT, COMPOSITE_EXPLICIT, COMPOSITE_EXPLICIT_NONFUNCTIONAL)
@@ -192,20 +192,16 @@ def _family(operator: str) -> str:
 
 def coverage(backend_key: str = "PrivateUse1", label: str | None = None) -> CoverageSnapshot:
     """Classify every ATen overload for one backend key ('PrivateUse1', 'CPU', 'Meta', …)."""
-    key = canonical_key(backend_key)
-    autograd_key = "AutogradPrivateUse1" if key == "PrivateUse1" else f"Autograd{key}"
-    autocast_key = "AutocastPrivateUse1" if key == "PrivateUse1" else f"Autocast{key}"
-    for extra in (autograd_key, autocast_key):
-        if not hasattr(torch._C.DispatchKey, extra):
-            autograd_key = autograd_key if hasattr(torch._C.DispatchKey, autograd_key) else "Autograd"
-            autocast_key = autocast_key if hasattr(torch._C.DispatchKey, autocast_key) else "AutocastCPU"
+    roles = role_keys(backend_key)
+    key = roles["Backend"]
+    watched = (key, roles.get("Autograd"), roles.get("Autocast"))  # a role this backend lacks reads as missing
     core = core_operators()
     statuses: dict[str, tuple[str, str, str]] = {}
     for operator in torch._C._dispatch_get_all_op_names():
         if not operator.startswith("aten::"):
             continue
         dump = torch._C._dispatch_dump_table(operator)
-        statuses[operator] = tuple(entry_from_dump(operator, dump, k).kind for k in (key, autograd_key, autocast_key))
+        statuses[operator] = tuple(entry_from_dump(operator, dump, k).kind if k else MISSING for k in watched)
 
     delegates = structured_delegates()
 

@@ -41,10 +41,12 @@ class GuideStepper(ExplorerWidget):
         if not self.steps:
             raise ValueError(f"no such steps: {only}")
         names = [step.name for step in self.steps]
-        self.index = (names.index(start) if isinstance(start, str) and start in names
-                      else max(0, min(int(start) - 1, len(self.steps) - 1)) if not isinstance(start, str) else None)
-        if self.index is None:
-            raise ValueError(f"unknown step {start!r}; the steps are: {', '.join(names)}")
+        if isinstance(start, str):
+            if start not in names:
+                raise ValueError(f"unknown step {start!r}; the steps are: {', '.join(names)}")
+            self.index = names.index(start)
+        else:
+            self.index = max(0, min(int(start) - 1, len(self.steps) - 1))
         self.run_checks = run_checks
         self.checks: dict[str, guide.StepCheck] = {}
         self.back = ipywidgets.Button(description="Back", icon="arrow-left")

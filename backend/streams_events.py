@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 import torch
 
-from backend.device_module import _device_index, export
+from backend.device_module import _device_index, current_device, export
 from backend.runtime_build import load_runtime
 
 
@@ -33,12 +33,8 @@ def Event(enable_timing: bool = False, blocking: bool = False, interprocess: boo
 
     A function rather than a subclass: torch.Event.elapsed_time accepts only torch.Event itself.
     """
-    return torch.Event(device=torch.device("sim", current_device_index()), enable_timing=enable_timing,
+    return torch.Event(device=torch.device("sim", current_device()), enable_timing=enable_timing,
                        blocking=blocking, interprocess=interprocess)
-
-
-def current_device_index() -> int:
-    return load_runtime().current_device()
 
 
 def current_stream(device: Any = None) -> torch.Stream:

@@ -223,10 +223,7 @@ class Tracer:
         self.trace.wrapped_operators = len({operator for operator, *_ in plan})
 
     def uninstall(self) -> None:
-        library, self._library = self._library, None
-        if library is not None:
-            library._destroy() if hasattr(library, "_destroy") else None
-            del library
+        self._library = None  # the last reference: the registrations go with it
 
     def _make_kernel(self, operator: str, key: str, kind: str, provenance: str, original: Any):
         record = self._record

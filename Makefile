@@ -11,10 +11,13 @@ PORT ?= 8000
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml constraints.txt
-	$(SYSTEM_PYTHON) -m venv $(VENV)
+# torch and the build tools first; then the package, whose C++ parts (backend/csrc, explorer/csrc)
+# compile against that torch at install time (--no-build-isolation), as vendor extensions do.
+$(VENV)/.installed: pyproject.toml setup.py constraints.txt $(wildcard backend/csrc/*) $(wildcard explorer/csrc/*)
+	test -x $(PYTHON) || $(SYSTEM_PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -c constraints.txt -e ".[test,docs]"
+	$(PIP) install --quiet -c constraints.txt torch setuptools wheel ninja
+	$(PIP) install --quiet --no-build-isolation -c constraints.txt -e ".[test,docs]"
 	$(PYTHON) -c "import torch; print('sim ready:', torch.sim.device_count(), 'devices')"
 	touch $@
 
@@ -25,7 +28,7 @@ browser:
 	  else echo "the browser tests need Debian's chromium: sudo apt-get install chromium"; exit 1; fi; }
 
 demo: setup
-	$(PYTHON) -m backend.demo
+	$(PYTHON) -m torch_sim.demo
 
 # Builds the site strictly (every notebook executed, any error or warning fails) and serves it.
 docs: setup
@@ -42,15 +45,16 @@ lab: setup
 	$(PYTHON) -m jupyterlab --ip=127.0.0.1 --no-browser $$( [ "$$(id -u)" = 0 ] && echo --allow-root ) notebooks
 
 test: setup browser
-	$(PYTHON) -m pytest -n $(PYTEST_WORKERS) tests
+	$(PYTHON) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup tests
 
 test-full: setup browser
-	SIM_FULL_OPINFO=1 $(PYTHON) -m pytest -n $(PYTEST_WORKERS) tests
+	SIM_FULL_OPINFO=1 $(PYTHON) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup tests
 
 benchmark: setup
 	$(PYTHON) benchmarks/backend_speed.py
 	$(PYTHON) benchmarks/explorer_speed.py
 	$(PYTHON) benchmarks/widget_speed.py
+	$(PYTHON) benchmarks/import_speed.py
 
 clean:
-	rm -rf $(VENV) build site docs/notebooks *.egg-info
+	rm -rf $(VENV) build site docs/notebooks *.egg-info backend/_C.*.so explorer/_native.*.so

@@ -24,6 +24,7 @@ STEPS: tuple[str, ...] = (
 )
 
 _installed: list[str] = []
+_in_progress = False
 
 
 def installed_steps() -> list[str]:
@@ -37,14 +38,37 @@ def bring_up(until: str | None = None) -> list[str]:
     `until` also comes from the SIM_BRINGUP_STEP environment variable. Steps already
     installed are skipped, so calling it twice is harmless.
     """
+    global _in_progress
     target = until or os.environ.get("SIM_BRINGUP_STEP") or STEPS[-1]
     if target not in STEPS:
         raise ValueError(f"unknown bring-up step {target!r}; the steps are: {', '.join(STEPS)}")
-    for step in STEPS[: STEPS.index(target) + 1]:
-        if step not in _installed:
-            importlib.import_module(f"backend.{step}").install()
-            _installed.append(step)
+    if "device_module" not in _installed:
+        _refuse_if_privateuse1_is_taken()
+    _in_progress = True
+    try:
+        for step in STEPS[: STEPS.index(target) + 1]:
+            if step not in _installed:
+                importlib.import_module(f"torch_sim.{step}").install()
+                _installed.append(step)
+    finally:
+        _in_progress = False
     return installed_steps()
+
+
+def bring_up_in_progress() -> bool:
+    """True while bring_up() runs: `import torch` inside it must not start a second one through autoload."""
+    return _in_progress
+
+
+def _refuse_if_privateuse1_is_taken() -> None:
+    from torch_sim.autoload import privateuse1_owner
+
+    owner = privateuse1_owner()
+    if owner:
+        raise RuntimeError(
+            f"sim: PrivateUse1 already belongs to '{owner}' in this process, and only one backend can own it; "
+            "to use sim, start a fresh Python with TORCH_DEVICE_BACKEND_AUTOLOAD=0 and call torch_sim.bring_up()"
+        )
 
 
 def require(step: str) -> None:
@@ -52,5 +76,5 @@ def require(step: str) -> None:
     if step not in _installed:
         raise RuntimeError(
             f"sim: the '{step}' step of the bring-up is not installed in this process "
-            f"(installed: {', '.join(_installed) or 'none'}); call backend.bring_up('{step}')"
+            f"(installed: {', '.join(_installed) or 'none'}); call torch_sim.bring_up('{step}')"
         )

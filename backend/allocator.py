@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from backend import config
-from backend.device_module import _device_index, export
-from backend.runtime_build import load_runtime
+from torch_sim import config
+from torch_sim.device_module import _device_index, export
+from torch_sim.runtime import load_runtime
 
 
 def memory_stats(device: Any = None) -> dict[str, int]:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from backend.device_module import export
-from backend.runtime_build import load_runtime
+from torch_sim.device_module import export
+from torch_sim.runtime import load_runtime
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 

@@ -15,7 +15,7 @@ import sys
 import textwrap
 from dataclasses import dataclass
 
-from backend import STEPS
+from torch_sim import STEPS
 
 CHECKS: dict[str, str] = {
     "device_module": """
@@ -106,9 +106,9 @@ def check_program(step: str, installed_until: str | None) -> tuple[str, dict[str
         environment.pop("SIM_BRINGUP_STEP", None)
         return "import torch\n" + body, environment
     environment["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
-    prelude = "import torch\nimport backend\n"
+    prelude = "import torch\nimport torch_sim\n"
     if installed_until is not None:
-        prelude += f"backend.bring_up({installed_until!r})\n"
+        prelude += f"torch_sim.bring_up({installed_until!r})\n"
     return prelude + body, environment
 
 

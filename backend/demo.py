@@ -1,6 +1,6 @@
 """The demo: train the three reference models on sim and print the fallback and memory report.
 
-Run it with `make demo` (or `python -m backend.demo` inside the project's virtualenv).
+Run it with `make demo` (or `python -m torch_sim.demo` inside the project's virtualenv).
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from backend import workloads
+from torch_sim import workloads
 
 
 def _mebibytes(count: int) -> str:

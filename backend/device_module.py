@@ -11,20 +11,20 @@ from typing import Any, Callable
 
 import torch
 
-import backend
+import torch_sim
 
 NAME = "sim"
 
 
 def _runtime():
-    from backend.runtime_build import load_runtime
+    from torch_sim.runtime import load_runtime
 
     return load_runtime()
 
 
 def is_available() -> bool:
     """True once the runtime (the hooks step) is installed and there is at least one device."""
-    return "hooks" in backend.installed_steps() and _runtime().device_count() > 0
+    return "hooks" in torch_sim.installed_steps() and _runtime().device_count() > 0
 
 
 def is_initialized() -> bool:
@@ -42,7 +42,7 @@ def _lazy_init() -> None:
 
 def device_count() -> int:
     """How many sim devices this process has (SIM_DEVICE_COUNT, default 2)."""
-    return _runtime().device_count() if "hooks" in backend.installed_steps() else 0
+    return _runtime().device_count() if "hooks" in torch_sim.installed_steps() else 0
 
 
 def _device_index(device: Any = None, optional: bool = True) -> int:
@@ -64,13 +64,13 @@ def _device_index(device: Any = None, optional: bool = True) -> int:
 
 
 def current_device() -> int:
-    backend.require("guard")
+    torch_sim.require("guard")
     return _runtime().current_device()
 
 
 def set_device(device: Any) -> None:
     """Make `device` the current sim device of this thread."""
-    backend.require("guard")
+    torch_sim.require("guard")
     _runtime().set_device(_device_index(device))
 
 

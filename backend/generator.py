@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
-from backend.device_module import _device_index, device_count, export
-from backend.runtime_build import load_runtime
+from torch_sim.device_module import _device_index, device_count, export
+from torch_sim.runtime import load_runtime
 
 
 def default_generator(device: Any = None) -> torch.Generator:

@@ -5,7 +5,7 @@ The C++ DeviceGuardImplInterface keeps the current device per thread, so that
 """
 from __future__ import annotations
 
-from backend.runtime_build import load_runtime
+from torch_sim.runtime import load_runtime
 
 
 def install() -> None:

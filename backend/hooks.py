@@ -5,8 +5,8 @@ default generators and the pinned-memory allocator live.
 """
 from __future__ import annotations
 
-from backend import config
-from backend.runtime_build import load_runtime
+from torch_sim import config
+from torch_sim.runtime import load_runtime
 
 
 def install() -> None:

@@ -10,9 +10,9 @@ Three layers, as a real backend has them:
 """
 from __future__ import annotations
 
-from backend import config
-from backend.device_module import export
-from backend.runtime_build import load_runtime
+from torch_sim import config
+from torch_sim.device_module import export
+from torch_sim.runtime import load_runtime
 
 MINIMAL_OPERATORS: tuple[str, ...] = (
     "empty.memory_format", "empty_strided", "as_strided", "view", "_reshape_alias", "resize_",

@@ -12,8 +12,8 @@ from typing import Any, Iterator
 
 import torch
 
-from backend.device_module import _device_index, current_device, export
-from backend.runtime_build import load_runtime
+from torch_sim.device_module import _device_index, current_device, export
+from torch_sim.runtime import load_runtime
 
 
 _PRIVATEUSE1_DEVICE_TYPE = 20  # c10::DeviceType::PrivateUse1

@@ -6,16 +6,11 @@ Each figure is the median of several repeats (training steps: of 200 single step
 """
 from __future__ import annotations
 
-import os
-import statistics
-import subprocess
-import sys
-import time
 from typing import Callable
 
 import torch
 
-from backend import workloads
+from torch_sim import workloads
 from timing import median_seconds, step_seconds
 
 REPEATS = 7
@@ -51,16 +46,6 @@ def training_step(name: str, device: str) -> Callable[[], object]:
     return run
 
 
-def import_seconds(autoload: bool) -> float:
-    environment = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="1" if autoload else "0")
-    timings = []
-    for _ in range(REPEATS):
-        started = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import torch"], check=True, env=environment)
-        timings.append(time.perf_counter() - started)
-    return statistics.median(timings)
-
-
 def main() -> int:
     torch.sim.set_fallback_policy("silent")
     torch.set_num_threads(torch.get_num_threads())
@@ -90,10 +75,6 @@ def main() -> int:
     print("\nslow tail of the training steps (90th percentile): " + "; ".join(
         f"{label} {cpu * 1e3:.2f} ms on CPU, {sim * 1e3:.2f} ms on sim" for label, cpu, sim in tails))
 
-    plain = import_seconds(autoload=False)
-    loaded = import_seconds(autoload=True)
-    print(f"\n`import torch`: {plain:.3f} s plain, {loaded:.3f} s with sim autoloaded "
-          f"(+{loaded - plain:.3f} s; target <= 0.5 s more)")
     return 0
 
 

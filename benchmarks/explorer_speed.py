@@ -11,10 +11,10 @@ from typing import Callable
 
 import torch
 
-from backend import workloads
+from torch_sim import workloads
 from timing import median_seconds
-from explorer import coverage
-from explorer.tracer import Tracer, trace
+from pu1_explorer import coverage
+from pu1_explorer.tracer import Tracer, trace
 
 REPEATS = 5
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import torch
 from timing import median_seconds
 
-from explorer import trace
-from explorer.widgets import CoverageExplorer
-from explorer.widgets.base import figure_html
-from explorer.widgets.figures import trace_figure
+from pu1_explorer import trace
+from pu1_explorer.widgets import CoverageExplorer
+from pu1_explorer.widgets.base import figure_html
+from pu1_explorer.widgets.figures import trace_figure
 
 
 def main() -> int:

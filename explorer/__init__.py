@@ -3,12 +3,12 @@
 Every function returns plain data (dataclasses, lists, dicts) that the widgets,
 the command line and the tests all consume.
 """
-from explorer.coverage import CoverageChange, CoverageRow, CoverageSnapshot, coverage, diff
-from explorer.dispatch_table import (
+from pu1_explorer.coverage import CoverageChange, CoverageRow, CoverageSnapshot, coverage, diff
+from pu1_explorer.dispatch_table import (
     DEFAULT_KEYS, KERNEL_KINDS, KernelEntry, UnknownOperatorError, all_operators, computed_table, dispatch_table,
     resolve_operator,
 )
-from explorer.tracer import Hop, Trace, trace
+from pu1_explorer.tracer import Hop, Trace, trace
 
 __all__ = [
     "CoverageChange", "CoverageRow", "CoverageSnapshot", "coverage", "diff", "DEFAULT_KEYS", "KERNEL_KINDS",

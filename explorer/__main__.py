@@ -1,4 +1,4 @@
-"""Command line: `python -m explorer coverage|trace|report|table ...`; see `python -m explorer --help`."""
+"""Command line: `python -m pu1_explorer coverage|trace|report|table ...`; see `python -m pu1_explorer --help`."""
 from __future__ import annotations
 
 import argparse
@@ -11,7 +11,7 @@ from pathlib import Path
 
 
 def _progress(message: str) -> None:
-    print(f"[explorer] {message}", file=sys.stderr, flush=True)
+    print(f"[pu1-explorer] {message}", file=sys.stderr, flush=True)
 
 
 def _backend_key(device: str) -> str:
@@ -37,7 +37,7 @@ def _write(text: str, output: str | None) -> None:
 
 
 def command_coverage(arguments: argparse.Namespace) -> None:
-    from explorer.coverage import coverage
+    from pu1_explorer.coverage import coverage
 
     _progress(f"classifying every ATen overload for {arguments.device}")
     snapshot = coverage(_backend_key(arguments.device), label=arguments.device)
@@ -59,7 +59,7 @@ def _core_csv(snapshot) -> str:
 def command_trace(arguments: argparse.Namespace) -> None:
     import torch
 
-    from explorer.tracer import trace
+    from pu1_explorer.tracer import trace
 
     target = arguments.target
     namespace = {"torch": torch, "device": arguments.device, "__name__": "__main__"}
@@ -84,7 +84,7 @@ def command_trace(arguments: argparse.Namespace) -> None:
 
 
 def command_table(arguments: argparse.Namespace) -> None:
-    from explorer.dispatch_table import dispatch_table
+    from pu1_explorer.dispatch_table import dispatch_table
 
     keys = arguments.keys.split(",") if arguments.keys else None
     rows = dispatch_table(arguments.operator, keys)
@@ -94,15 +94,15 @@ def command_table(arguments: argparse.Namespace) -> None:
 
 
 def command_report(arguments: argparse.Namespace) -> None:
-    from explorer.coverage import coverage
-    from explorer.fallback_report import monitor_fallbacks
-    from explorer.report import build_report
+    from pu1_explorer.coverage import coverage
+    from pu1_explorer.fallback_report import monitor_fallbacks
+    from pu1_explorer.report import build_report
 
     key = _backend_key(arguments.device)
     _progress(f"[1/3] classifying every ATen overload for {arguments.device}")
     snapshot = coverage(key, label=arguments.device)
     _progress("[2/3] running the reference workload (mlp, cnn, transformer: 2 training steps each)")
-    from backend import workloads
+    from torch_sim import workloads
 
     with monitor_fallbacks(key) as fallbacks:
         for name in workloads.WORKLOADS:
@@ -114,7 +114,7 @@ def command_report(arguments: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m explorer",
+    parser = argparse.ArgumentParser(prog="pu1-explorer",
                                      description="See what PyTorch's dispatcher does for a backend.")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as error:  # one clear line, not a traceback
         message = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        print(f"explorer: error: {type(error).__name__}: {message}", file=sys.stderr)
+        print(f"pu1-explorer: error: {type(error).__name__}: {message}", file=sys.stderr)
         return 1
     _progress(f"done in {time.perf_counter() - started:.1f} s")
     return 0

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from explorer.dispatch_table import (
+from pu1_explorer.dispatch_table import (
     COMPOSITE_EXPLICIT, COMPOSITE_EXPLICIT_NONFUNCTIONAL, COMPOSITE_IMPLICIT, FALLBACK, KERNEL, MISSING, entry_from_dump, role_keys,
 )
 

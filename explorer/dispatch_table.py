@@ -117,7 +117,7 @@ def resolve_operator(name: str) -> str:
             + (" …" if len(overloads) > 12 else "")
         )
     suggestions = difflib.get_close_matches(text, sorted(known), n=5, cutoff=0.6)
-    hint = f"; did you mean {', '.join(suggestions)}?" if suggestions else "; see explorer.all_operators()"
+    hint = f"; did you mean {', '.join(suggestions)}?" if suggestions else "; see pu1_explorer.all_operators()"
     raise UnknownOperatorError(f"unknown operator {name!r}{hint}")
 
 

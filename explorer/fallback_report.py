@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import torch
 
-from explorer.dispatch_table import FALLBACK, canonical_key, entry_from_dump
+from pu1_explorer.dispatch_table import FALLBACK, canonical_key, entry_from_dump
 
 _LIBRARY_DIRECTORIES = tuple(os.path.dirname(module.__file__) + os.sep for module in (torch, contextlib))
 

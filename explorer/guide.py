@@ -18,9 +18,8 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import backend
-from backend import STEPS, bringup_checks
-from explorer.coverage import CoverageChange
+from torch_sim import STEPS, bringup_checks
+from pu1_explorer.coverage import CoverageChange
 
 TITLES = {
     "device_module": "Name the device and register its Python module",
@@ -178,19 +177,19 @@ def steps() -> list[GuideStep]:
     """The guide's steps, in the backend's bring-up order."""
     result = []
     for number, name in enumerate(STEPS, start=1):
-        module = importlib.import_module(f"backend.{name}")
+        module = importlib.import_module(f"torch_sim.{name}")
         path = Path(inspect.getsourcefile(module))
         result.append(GuideStep(number, name, TITLES[name], _explanation(module),
-                                str(path.relative_to(Path(backend.__file__).parent.parent)), path.read_text(),
+                                f"backend/{path.name}", path.read_text(),
                                 VENDOR_CPP[name], textwrap.dedent(bringup_checks.CHECKS[name]).strip()))
     return result
 
 
 _COVERAGE_PROGRAM = """
-import json, torch, backend
+import json, torch, torch_sim
 if {step!r} != "none":
-    backend.bring_up({step!r})
-from explorer.coverage import coverage
+    torch_sim.bring_up({step!r})
+from pu1_explorer.coverage import coverage
 snapshot = coverage("PrivateUse1", label="sim")
 print(json.dumps({{"percent": snapshot.summary()["without_fallback_percent"],
                   "rows": {{row.operator: row.backend + "|" + row.autograd + "|" + row.autocast

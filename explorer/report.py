@@ -10,8 +10,8 @@ from typing import Callable
 
 import plotly.graph_objects as go
 
-from explorer.coverage import STATUS_ORDER, CoverageSnapshot
-from explorer.fallback_report import FallbackReport
+from pu1_explorer.coverage import STATUS_ORDER, CoverageSnapshot
+from pu1_explorer.fallback_report import FallbackReport
 
 STATUS_COLOURS = {
     "kernel": "#2e7d32", "composite_explicit": "#66bb6a", "composite_explicit_nonfunctional": "#9ccc65",
@@ -75,7 +75,7 @@ table {{ border-collapse: collapse; font-size: 0.85rem; }} td, th {{ border: 1px
 th {{ background: #f3f3f3; position: sticky; top: 0; }} .scroll {{ max-height: 30rem; overflow: auto; }}
 </style></head><body>
 <h1>Backend report: {html.escape(snapshot.label)} ({html.escape(snapshot.backend_key)})</h1>
-<p>Generated {time.strftime('%Y-%m-%d %H:%M')} by <code>python -m explorer report</code>.</p>
+<p>Generated {time.strftime('%Y-%m-%d %H:%M')} by <code>python -m pu1_explorer report</code>.</p>
 <h2>Coverage</h2>
 <p>{summary['operators']} ATen overloads: {summary['without_fallback_percent']}% run without the fallback
 (core ATen: {core['without_fallback_percent']}% of {core['operators']}).</p>

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from explorer.dispatch_table import FALLTHROUGH, MISSING, entry_from_dump
+from pu1_explorer.dispatch_table import FALLTHROUGH, MISSING, entry_from_dump
 
 SCHEMA_VERSION = 1
 
@@ -147,11 +147,15 @@ def key_priority() -> tuple[str, ...]:
 
 
 def _native():
-    from pathlib import Path
-
-    from backend.runtime_build import load_extension
-
-    return load_extension("explorer_native", Path(__file__).parent / "csrc" / "explorer_native.cpp")
+    """The explorer's compiled helper, built at install time."""
+    try:
+        from pu1_explorer import _native as native
+    except ImportError as error:
+        raise ImportError(
+            f"pu1_explorer: the compiled helper pu1_explorer._native is missing or broken ({error}); rebuild it "
+            "from the project folder with `make setup` or `pip install --no-build-isolation -e .`"
+        ) from None
+    return native
 
 
 @functools.lru_cache(maxsize=None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -30,7 +31,27 @@ def silent_fallback():
     torch.sim.set_fallback_policy("silent")
 
 
-def run_python(code: str, timeout: float = 180, **environment: str) -> subprocess.CompletedProcess:
+def run_python(code: str, timeout: float = 180, cwd=None, **environment: str) -> subprocess.CompletedProcess:
     """Run `code` in a fresh interpreter with extra environment variables; never raises on failure."""
     env = {**os.environ, "SIM_FALLBACK": "silent", **environment}
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout,
+                          cwd=cwd)
+
+
+@pytest.fixture(scope="session")
+def project_wheel(tmp_path_factory) -> Path:
+    """The project built into a wheel from a copy of its sources (compiles the C++ parts once per session)."""
+    from tests.environments import build_wheel, project_sources
+
+    if os.environ.get("SIM_TEST_WHEEL"):  # a wheel built earlier from the same sources saves the compile
+        return Path(os.environ["SIM_TEST_WHEEL"])
+    root = tmp_path_factory.mktemp("wheel")
+    return build_wheel(project_sources(root / "source"), root / "dist")
+
+
+@pytest.fixture(scope="session")
+def installed_wheel(project_wheel, tmp_path_factory) -> Path:
+    """The wheel installed into a folder of its own, as pip would install it into site-packages."""
+    from tests.environments import install_into
+
+    return install_into(tmp_path_factory.mktemp("installed") / "site", project_wheel)

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import ipywidgets
 
-from explorer.coverage import STATUS_ORDER, CoverageSnapshot, coverage, diff
-from explorer.dispatch_table import FALLTHROUGH, backend_tables
-from explorer.widgets.base import ExplorerWidget, escape, figure_html
-from explorer.widgets.figures import coverage_treemap, dispatch_table_figure
+from pu1_explorer.coverage import STATUS_ORDER, CoverageSnapshot, coverage, diff
+from pu1_explorer.dispatch_table import FALLTHROUGH, backend_tables
+from pu1_explorer.widgets.base import ExplorerWidget, escape, figure_html
+from pu1_explorer.widgets.figures import coverage_treemap, dispatch_table_figure
 
 TABLE_ROWS = 200
 

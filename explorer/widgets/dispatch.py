@@ -5,10 +5,10 @@ from typing import Callable, Sequence
 
 import ipywidgets
 
-from explorer.dispatch_table import UnknownOperatorError, all_operators, backend_tables, resolve_operator
-from explorer.tracer import Trace, run_traced
-from explorer.widgets.base import ExplorerWidget, escape, figure_html, message_html
-from explorer.widgets.figures import compare_figure, dispatch_table_figure, trace_figure
+from pu1_explorer.dispatch_table import UnknownOperatorError, all_operators, backend_tables, resolve_operator
+from pu1_explorer.tracer import Trace, run_traced
+from pu1_explorer.widgets.base import ExplorerWidget, escape, figure_html, message_html
+from pu1_explorer.widgets.figures import compare_figure, dispatch_table_figure, trace_figure
 
 EXAMPLE = """x = torch.randn(4, 8, device=device, requires_grad=True)
 w = torch.randn(3, 8, device=device)

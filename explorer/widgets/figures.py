@@ -12,9 +12,9 @@ from typing import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from explorer.coverage import STATUS_ORDER, CoverageSnapshot
-from explorer.dispatch_table import KERNEL_KINDS, KIND_DESCRIPTIONS, KernelEntry
-from explorer.tracer import Hop, Trace, key_priority
+from pu1_explorer.coverage import STATUS_ORDER, CoverageSnapshot
+from pu1_explorer.dispatch_table import KERNEL_KINDS, KIND_DESCRIPTIONS, KernelEntry
+from pu1_explorer.tracer import Hop, Trace, key_priority
 
 KIND_COLOURS = {
     "kernel": "#2e7d32", "composite_explicit": "#66bb6a", "composite_explicit_nonfunctional": "#9ccc65",

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import ipywidgets
 
-from explorer import guide
-from explorer.widgets.base import ExplorerWidget, escape, message_html
+from pu1_explorer import guide
+from pu1_explorer.widgets.base import ExplorerWidget, escape, message_html
 
 
 def check_html(check: guide.StepCheck | None) -> str:

@@ -5,10 +5,10 @@ from typing import Callable
 
 import ipywidgets
 
-from explorer.fallback_report import FallbackReport, monitor_fallbacks
-from explorer.memory import capacities, sample_memory
-from explorer.widgets.base import ExplorerWidget, escape, figure_html, message_html
-from explorer.widgets.figures import fallback_bars, memory_figure
+from pu1_explorer.fallback_report import FallbackReport, monitor_fallbacks
+from pu1_explorer.memory import capacities, sample_memory
+from pu1_explorer.widgets.base import ExplorerWidget, escape, figure_html, message_html
+from pu1_explorer.widgets.figures import fallback_bars, memory_figure
 
 
 class _WorkloadWidget(ExplorerWidget):

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from backend import amp
+from torch_sim import amp
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from backend import workloads
+from torch_sim import workloads
 
 
 # Adam divides each gradient by its own running magnitude, so a parameter whose true

@@ -6,11 +6,11 @@ from tests.conftest import run_python
 
 def test_entry_point_is_declared():
     names = {entry.name: entry.value for entry in entry_points(group="torch.backends")}
-    assert names.get("sim") == "backend.autoload:initialize"
+    assert names.get("sim") == "torch_sim.autoload:initialize"
 
 
 def test_import_torch_alone_brings_sim_up():
-    result = run_python("import sys, torch; print(torch.ones(2, device='sim:1')); print('backend' in sys.modules)")
+    result = run_python("import sys, torch; print(torch.ones(2, device='sim:1')); print('torch_sim' in sys.modules)")
     assert result.returncode == 0, result.stderr
     assert "tensor([1., 1.], device='sim:1')" in result.stdout
     assert result.stdout.split()[-1] == "True"
@@ -23,6 +23,6 @@ def test_autoload_can_be_turned_off():
 
 
 def test_importing_backend_first_is_harmless():
-    result = run_python("import backend, torch; backend.bring_up(); print(backend.installed_steps()[-1])")
+    result = run_python("import torch_sim, torch; torch_sim.bring_up(); print(torch_sim.installed_steps()[-1])")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "autoload"

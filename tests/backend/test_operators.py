@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from backend.operators import MINIMAL_OPERATORS, NATIVE_OPERATORS
+from torch_sim.operators import MINIMAL_OPERATORS, NATIVE_OPERATORS
 
 
 @pytest.mark.parametrize("operator", MINIMAL_OPERATORS + ("convolution_overrideable",

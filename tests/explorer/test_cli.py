@@ -2,10 +2,11 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 
 def explorer(*arguments, cwd=None):
-    return subprocess.run([sys.executable, "-m", "explorer", *arguments], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "pu1_explorer", *arguments], capture_output=True, text=True,
                           timeout=300, cwd=cwd)
 
 
@@ -56,7 +57,7 @@ def test_errors_are_one_line_with_a_nonzero_exit():
                       ("trace", "1/0")):
         result = explorer(*arguments)
         assert result.returncode == 1
-        errors = [line for line in result.stderr.splitlines() if line.startswith("explorer: error:")]
+        errors = [line for line in result.stderr.splitlines() if line.startswith("pu1-explorer: error:")]
         assert len(errors) == 1, result.stderr
         assert "Traceback" not in result.stderr
     assert "did you mean aten::add.Tensor" in explorer("table", "addd.Tensor").stderr
@@ -65,3 +66,13 @@ def test_errors_are_one_line_with_a_nonzero_exit():
 def test_usage_errors_exit_with_argparse_code():
     result = explorer("coverage", "--format", "xml")
     assert result.returncode == 2 and "invalid choice" in result.stderr
+
+
+def test_the_console_script_runs_from_any_folder(tmp_path):
+    from tests.environments import colliding_folder
+
+    script = Path(sys.executable).parent / "pu1-explorer"
+    result = subprocess.run([str(script), "table", "add.Tensor"], capture_output=True, text=True,
+                            timeout=300, cwd=colliding_folder(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert "PrivateUse1" in result.stdout

@@ -3,8 +3,8 @@ import json
 
 import torch
 
-from explorer import coverage, diff
-from explorer.coverage import snapshot_from_json
+from pu1_explorer import coverage, diff
+from pu1_explorer.coverage import snapshot_from_json
 
 
 def test_every_aten_overload_is_classified():

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from explorer import UnknownOperatorError, computed_table, dispatch_table, resolve_operator
-from explorer.dispatch_table import canonical_key
+from pu1_explorer import UnknownOperatorError, computed_table, dispatch_table, resolve_operator
+from pu1_explorer.dispatch_table import canonical_key
 
 
 def kinds(operator, keys):

@@ -1,7 +1,7 @@
 """The runtime fallback report: which operators fell back, how often, with which shapes, from where."""
 import torch
 
-from explorer.fallback_report import fallback_operators, monitor_fallbacks
+from pu1_explorer.fallback_report import fallback_operators, monitor_fallbacks
 
 
 def test_counts_shapes_and_call_sites():

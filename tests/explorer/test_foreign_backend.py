@@ -23,17 +23,17 @@ FOREIGN_BACKEND = textwrap.dedent("""
 
 def test_tables_coverage_trace_and_fallback_report_on_a_foreign_backend():
     program = FOREIGN_BACKEND + textwrap.dedent("""
-        import explorer
-        from explorer.fallback_report import monitor_fallbacks
+        import pu1_explorer
+        from pu1_explorer.fallback_report import monitor_fallbacks
         assert not hasattr(torch, "sim")
-        entry = explorer.dispatch_table("add.Tensor", ["tiny"])[0]
+        entry = pu1_explorer.dispatch_table("add.Tensor", ["tiny"])[0]
         print("table", entry.kind, entry.is_python)
-        snapshot = explorer.coverage("tiny")
+        snapshot = pu1_explorer.coverage("tiny")
         rows = snapshot.by_operator()
         print("coverage", snapshot.label, rows["aten::add.Tensor"].backend, rows["aten::mul.Tensor"].backend)
         print("transitive", rows["aten::mul.Tensor"].transitive, rows["aten::mul.out"].backend)
         x = torch.empty(3, device="tiny")
-        with explorer.trace("tiny") as recorded:
+        with pu1_explorer.trace("tiny") as recorded:
             x + x
         print("trace", [f"{hop.key}:{hop.kind}" for hop in recorded.hops if not hop.skipped])
         with monitor_fallbacks("tiny") as report:

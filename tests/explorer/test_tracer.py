@@ -6,9 +6,9 @@ import jsonschema
 import pytest
 import torch
 
-import explorer
-from backend import workloads
-from explorer import trace
+import pu1_explorer
+from torch_sim import workloads
+from pu1_explorer import trace
 
 
 def all_tables():
@@ -123,7 +123,7 @@ def test_tables_are_restored_after_an_exception():
 def test_json_export_follows_the_schema():
     with trace("sim") as recorded:
         torch.ones(3, device="sim").relu()
-    schema = json.loads((Path(explorer.__file__).parent / "trace_schema.json").read_text())
+    schema = json.loads((Path(pu1_explorer.__file__).parent / "trace_schema.json").read_text())
     document = json.loads(recorded.to_json())
     jsonschema.validate(document, schema)
     assert document["hops"][0]["operator"] == recorded.hops[0].operator

@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from explorer.widgets import (CoverageExplorer, DispatchTable, DispatchVisualizer, FallbackMonitor, GuideStepper,
+from pu1_explorer.widgets import (CoverageExplorer, DispatchTable, DispatchVisualizer, FallbackMonitor, GuideStepper,
                               MemoryMonitor)
-from explorer.widgets.figures import compare_figure, trace_figure
+from pu1_explorer.widgets.figures import compare_figure, trace_figure
 
 
 def marker_traces(figure):

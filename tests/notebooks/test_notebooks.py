@@ -10,7 +10,7 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.i
 
 
 def test_there_is_a_notebook_per_guide_step_and_the_tutorials():
-    from backend import STEPS
+    from torch_sim import STEPS
 
     names = {path.name for path in NOTEBOOKS}
     for number, step in enumerate(STEPS, start=1):

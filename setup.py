@@ -1,0 +1,105 @@
+"""Builds the two compiled parts at install time, as vendor extensions do.
+
+`torch_sim._C` is sim's C++ runtime core (every file in backend/csrc/) and
+`pu1_explorer._native` is the explorer's small helper. Both compile against the torch
+they will run with, so install with `pip install --no-build-isolation .` (or `-e .`)
+after torch itself; `import torch` never compiles anything.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+from setuptools import setup
+
+ROOT = Path(__file__).parent
+NO_TORCH = (
+    "building privateuse1-explorer needs torch installed first, the same torch it will run with: "
+    "`pip install -c constraints.txt torch` then `pip install --no-build-isolation -c constraints.txt .` "
+    "(`make setup` does both)"
+)
+
+# An installed (maybe older or damaged) sim must not load while its replacement builds.
+os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+try:
+    from torch.utils.cpp_extension import BuildExtension, CppExtension, include_paths
+except ImportError:
+    sys.exit(f"error: {NO_TORCH}")
+
+
+def first_compiler_error(log: str) -> str:
+    """The line of a compiler log that says what went wrong (the first 'error' line, else the last line)."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    for pattern in (r"\berror\b:", r"\berror\b", r"not found|No such file"):
+        for line in lines:
+            if re.search(pattern, line) and not line.startswith(("FAILED:", "ninja: build stopped")):
+                return line
+    return lines[-1] if lines else "(the compiler printed nothing)"
+
+
+class BuildCore(BuildExtension):
+    """BuildExtension that checks the toolchain first and reports a failed compile in one line."""
+
+    def build_extensions(self) -> None:
+        self._check_toolchain()
+        super().build_extensions()
+
+    def _check_toolchain(self) -> None:
+        compilers = {os.environ.get("CXX", "c++"), self.compiler.compiler_so[0], self.compiler.linker_so[0]}
+        for compiler in sorted(compilers):
+            if shutil.which(compiler) is None:
+                sys.exit(f"error: the C++ compiler {compiler!r} was not found; install g++ "
+                         "(`apt-get install g++`) or point CXX and CC at a working compiler")
+        headers = {"Python.h": [Path(sysconfig.get_paths()["include"])],
+                   "torch/extension.h": [Path(folder) for folder in include_paths()]}
+        for header, folders in headers.items():
+            if not any((folder / header).exists() for folder in folders):
+                folder = folders[0]
+                hint = "install Python's development headers (`apt-get install python3-dev`)" \
+                    if header == "Python.h" else "reinstall torch"
+                sys.exit(f"error: the header {header} is missing from {folder}; {hint}")
+
+    def build_extension(self, extension) -> None:
+        log_path = Path(tempfile.mkdtemp(prefix="sim-build-")) / f"{extension.name}.log"
+        print(f"compiling {extension.name} from {len(extension.sources)} C++ file(s) (about a minute); "
+              f"log: {log_path}", file=sys.stderr, flush=True)
+        with open(log_path, "w") as log:
+            saved_out, saved_err = os.dup(1), os.dup(2)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+            try:
+                super().build_extension(extension)
+                failure = None
+            except (Exception, SystemExit) as error:
+                failure = error
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os.dup2(saved_out, 1)
+                os.dup2(saved_err, 2)
+                os.close(saved_out)
+                os.close(saved_err)
+        if failure is not None:
+            reason = first_compiler_error(log_path.read_text(errors="replace") + "\n" + str(failure))
+            sys.exit(f"error: compiling {extension.name} failed: {reason}\n(the whole compiler log: {log_path})")
+
+
+def extension(name: str, folder: str) -> list[CppExtension]:
+    sources = sorted(str(path.relative_to(ROOT)) for path in (ROOT / folder).glob("*.cpp"))
+    if not sources:
+        return []
+    return [CppExtension(name, sources, include_dirs=[str(ROOT / folder)], extra_compile_args=["-O2"])]
+
+
+if __name__ == "__main__":
+    setup(
+        ext_modules=extension("torch_sim._C", "backend/csrc") + extension("pu1_explorer._native", "explorer/csrc"),
+        cmdclass={"build_ext": BuildCore.with_options(use_ninja=True)},
+    )

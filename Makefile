@@ -16,7 +16,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml setup.py constraints.txt $(wildcard backend/csrc/*) $(wildcard explorer/csrc/*)
 	test -x $(PYTHON) || $(SYSTEM_PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -c constraints.txt torch setuptools wheel ninja
+	$(PIP) install --quiet -c constraints.txt torch numpy setuptools wheel ninja
 	$(PIP) install --quiet --no-build-isolation -c constraints.txt -e ".[test,docs]"
 	$(PYTHON) -c "import torch; print('sim ready:', torch.sim.device_count(), 'devices')"
 	touch $@

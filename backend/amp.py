@@ -4,11 +4,15 @@ Two things are needed: kernels on the AutocastPrivateUse1 key (registered in C++
 with PyTorch's KERNEL_PRIVATEUSEONE macro, and a fallthrough for every other
 operator), and the autocast functions of the device module.
 
-The cast policy is the one CUDA uses, from PyTorch's shared op lists:
-- lower precision (run in the autocast dtype): LOWER_PRECISION_OPERATORS;
-- float32 (inputs cast up to float32): FLOAT32_OPERATORS;
+The cast policy is CUDA's whole policy, from PyTorch's shared op lists, one
+registration per category (see `cast_policy()`):
+- lower_precision: run in the autocast dtype (matmuls, convolutions, RNN cells, attention);
+- float32: inputs cast up to float32 (exp, norms, losses, ...);
+- float32_set_opt_dtype / float32_append_dtype: reductions such as sum, softmax and norm
+  run in float32 by passing dtype=float32 (when the call did not choose a dtype);
+- promote: mixed inputs are cast to the widest dtype (addcmul, index_put, ...);
+- refused: binary_cross_entropy raises under autocast, as on CUDA;
 - every other operator runs in the dtype of its inputs.
-`cast_policy()` reads the registered kernels back from the dispatcher.
 """
 from __future__ import annotations
 
@@ -19,13 +23,11 @@ from torch_sim.runtime import load_runtime
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
-LOWER_PRECISION_OPERATORS = (
-    "_convolution", "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d", "conv_transpose2d",
-    "conv_transpose3d", "convolution", "prelu", "addmm", "addmv", "addr", "matmul", "einsum", "mm", "mv",
-    "linalg_vecdot", "linear", "addbmm", "baddbmm", "bmm", "chain_matmul", "linalg_multi_dot",
-    "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell",
-    "_scaled_dot_product_flash_attention", "scaled_dot_product_attention",
-)
+# One operator of each category; the rest of a category shares its registration site.
+CATEGORY_EXAMPLES = {
+    "aten::mm": "lower_precision", "aten::exp": "float32", "aten::sum": "float32_set_opt_dtype",
+    "aten::norm.Scalar": "float32_append_dtype", "aten::addcmul": "promote", "aten::binary_cross_entropy": "refused",
+}
 
 
 def get_amp_supported_dtype() -> list[torch.dtype]:
@@ -50,17 +52,22 @@ def set_autocast_dtype(dtype: torch.dtype) -> None:
     torch.set_autocast_dtype("sim", dtype)
 
 
-def cast_policy() -> dict[str, str]:
-    """Operator overload -> 'lower_precision' or 'float32', read from the dispatcher's autocast kernels."""
-    policy = {}
+def autocast_registrations(key: str = "AutocastPrivateUse1") -> dict[str, str]:
+    """Every ATen overload with its own kernel on an autocast key -> where that kernel was registered."""
+    sites = {}
     for name in torch._C._dispatch_get_all_op_names():
-        if not name.startswith("aten::") or not torch._C._dispatch_has_kernel_for_dispatch_key(
-            name, "AutocastPrivateUse1"
-        ):
-            continue
-        short = name[len("aten::"):].split(".")[0]
-        policy[name] = "lower_precision" if short in LOWER_PRECISION_OPERATORS else "float32"
-    return policy
+        if name.startswith("aten::") and torch._C._dispatch_has_kernel_for_dispatch_key(name, key):
+            for line in torch._C._dispatch_dump_table(name).splitlines():
+                if line.startswith(f"{key}: registered at "):
+                    sites[name] = line[len(f"{key}: registered at "):].rsplit(" [", 1)[0]
+    return sites
+
+
+def cast_policy() -> dict[str, str]:
+    """Operator overload -> its autocast category on sim, read back from the dispatcher's registrations."""
+    sites = autocast_registrations()
+    category_of_site = {sites[example]: category for example, category in CATEGORY_EXAMPLES.items()}
+    return {name: category_of_site.get(site, "other") for name, site in sites.items()}
 
 
 def install() -> None:

@@ -56,11 +56,17 @@ def _device_index(device: Any = None, optional: bool = True) -> int:
             raise ValueError(f"expected a sim device, got {device}")
         index = current_device() if device.index is None else device.index
     if not 0 <= index < device_count():
-        raise IndexError(
+        raise RuntimeError(  # as CUDA raises for an invalid device ordinal
             f"sim:{index} does not exist: this process has {device_count()} sim device(s). "
             "Use a smaller index or set SIM_DEVICE_COUNT before the backend starts."
         )
     return index
+
+
+def init() -> None:
+    """Initialize sim, like torch.cuda.init(): the runtime is ready once the hooks step is installed."""
+    torch_sim.require("hooks")
+    _lazy_init()
 
 
 def current_device() -> int:

@@ -7,8 +7,16 @@ Three layers, as a real backend has them:
   (NATIVE_OPERATORS): they run the host kernel directly on device memory;
 - a boxed fallback for every other operator, which computes the same way with no
   copy but is counted and, by policy, warned about or refused (SIM_FALLBACK).
+
+Some operators no fallback can serve, because PyTorch routes every device but the CPU
+to a backend-specific kernel (ROUTED_OPERATORS): the fused RNN cells, and the attention
+kernel PrivateUse1 gets when its attention choice (a per-device hook, in C++) answers
+OVERRIDEABLE. And one composite rule a backend must override for its own key:
+`_has_compatible_shallow_copy_type`, without which `model.to(device)` unties shared weights.
 """
 from __future__ import annotations
+
+import torch
 
 from torch_sim import config
 from torch_sim.device_module import export
@@ -53,7 +61,116 @@ NATIVE_OPERATORS: tuple[str, ...] = (
     "_foreach_add_.List", "_foreach_add_.Scalar", "_foreach_mul_.Scalar", "_foreach_mul_.Tensor",
     "_foreach_lerp_.Scalar", "_foreach_addcmul_.Scalar", "_foreach_addcdiv_.ScalarList", "_foreach_sqrt",
     "_foreach_div_.ScalarList", "_foreach_add_.ScalarList", "_foreach_add.List",
+    # attention: the CPU flash kernels, which the overrideable attention below runs on device memory
+    "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward",
 )
+
+# Operators that PyTorch routes to a backend-specific kernel for every device but the CPU, so a
+# host fallback cannot serve them: RNN cells (fused on CUDA) and PrivateUse1's attention kernel,
+# which scaled_dot_product_attention calls when the attention choice (C++) answers OVERRIDEABLE.
+ROUTED_OPERATORS: tuple[str, ...] = (
+    "_thnn_fused_lstm_cell", "_thnn_fused_lstm_cell_backward_impl", "_thnn_fused_gru_cell",
+    "_thnn_fused_gru_cell_backward", "_scaled_dot_product_fused_attention_overrideable",
+    "_scaled_dot_product_fused_attention_overrideable_backward",
+)
+_routed_library: torch.library.Library | None = None
+
+
+def fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
+    """One LSTM step from precomputed gate products; the workspace keeps the activated gates for backward."""
+    gates = input_gates + hidden_gates
+    if input_bias is not None:
+        gates = gates + input_bias + hidden_bias
+    ingate, forgetgate, cellgate, outgate = gates.chunk(4, 1)
+    ingate, forgetgate, cellgate, outgate = ingate.sigmoid(), forgetgate.sigmoid(), cellgate.tanh(), outgate.sigmoid()
+    cy = forgetgate * cx + ingate * cellgate
+    hy = outgate * cy.tanh()
+    return hy, cy, torch.cat([ingate, forgetgate, cellgate, outgate], 1)
+
+
+def fused_lstm_cell_backward(grad_hy, grad_cy, cx, cy, workspace, has_bias):
+    ingate, forgetgate, cellgate, outgate = workspace.chunk(4, 1)
+    tanh_cy = cy.tanh()
+    grad_hy = torch.zeros_like(cy) if grad_hy is None else grad_hy
+    grad_c = grad_hy * outgate * (1 - tanh_cy * tanh_cy)
+    grad_c = grad_c if grad_cy is None else grad_c + grad_cy
+    grad_gates = torch.cat([grad_c * cellgate * ingate * (1 - ingate),
+                            grad_c * cx * forgetgate * (1 - forgetgate),
+                            grad_c * ingate * (1 - cellgate * cellgate),
+                            grad_hy * tanh_cy * outgate * (1 - outgate)], 1)
+    grad_bias = grad_gates.sum(0) if has_bias else grad_gates.new_empty(0)
+    return grad_gates, grad_c * forgetgate, grad_bias
+
+
+def fused_gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
+    """One GRU step from precomputed gate products; the workspace keeps r, z, n, hx and the hidden new gate."""
+    if input_bias is not None:
+        input_gates, hidden_gates = input_gates + input_bias, hidden_gates + hidden_bias
+    input_reset, input_update, input_new = input_gates.chunk(3, 1)
+    hidden_reset, hidden_update, hidden_new = hidden_gates.chunk(3, 1)
+    resetgate = (input_reset + hidden_reset).sigmoid()
+    updategate = (input_update + hidden_update).sigmoid()
+    newgate = (input_new + resetgate * hidden_new).tanh()
+    hy = newgate + updategate * (hx - newgate)
+    return hy, torch.cat([resetgate, updategate, newgate, hx, hidden_new], 1)
+
+
+def fused_gru_cell_backward(grad_hy, workspace, has_bias):
+    resetgate, updategate, newgate, hx, hidden_new = workspace.chunk(5, 1)
+    grad_new = grad_hy * (1 - updategate) * (1 - newgate * newgate)
+    grad_update = grad_hy * (hx - newgate) * updategate * (1 - updategate)
+    grad_reset = grad_new * hidden_new * resetgate * (1 - resetgate)
+    grad_input_gates = torch.cat([grad_reset, grad_update, grad_new], 1)
+    grad_hidden_gates = torch.cat([grad_reset, grad_update, grad_new * resetgate], 1)
+    if has_bias:
+        grad_input_bias, grad_hidden_bias = grad_input_gates.sum(0), grad_hidden_gates.sum(0)
+    else:
+        grad_input_bias = grad_hidden_bias = grad_hy.new_empty(0)
+    return grad_input_gates, grad_hidden_gates, grad_hy * updategate, grad_input_bias, grad_hidden_bias
+
+
+def fused_attention(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=False, return_debug_mask=False,
+                    scale=None):
+    """PrivateUse1's attention hook, computed by the host's flash kernel on device memory (bit-identical to CPU)."""
+    output, logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        query, key, value, dropout_p, is_causal, attn_mask=attn_bias, scale=scale)
+    nothing = query.new_empty(0)
+    return (output, logsumexp, nothing, nothing, query.size(-2), key.size(-2), nothing, nothing,
+            query.new_empty(0))
+
+
+def fused_attention_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q,
+                             cum_seq_k, max_q, max_k, dropout_p, is_causal, philox_seed, philox_offset, scale=None):
+    if grad_input_mask[3]:
+        raise NotImplementedError("sim: attention with a mask that requires grad runs on the math path; "
+                                  "the fused kernel does not compute the mask's gradient")
+    mask = attn_bias if attn_bias is not None and attn_bias.numel() else None
+    grad_query, grad_key, grad_value = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+        grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, attn_mask=mask, scale=scale)
+    return grad_query, grad_key, grad_value, query.new_empty(0)
+
+
+def shallow_copy_compatible(tensor, other) -> bool:
+    """Whether `tensor.data = other` may swap one tensor's contents for the other's, as CUDA allows with CPU.
+
+    PyTorch's own rule lists the dense backends that use a plain TensorImpl and leaves PrivateUse1
+    out, so `module.to("sim")` would build new Parameters and untie shared ones (GPT-2's lm_head and
+    wte). sim's tensors are plain strided TensorImpls too, so CPU and sim tensors are compatible.
+    """
+    return all(t.layout == torch.strided and t.device.type in ("cpu", "sim") and not t.is_quantized
+               and not t.is_nested and not t.is_mkldnn for t in (tensor, other))
+
+
+def install_routed_operators() -> None:
+    """Register sim's kernels for the operators PyTorch routes away from the host path (see ROUTED_OPERATORS)."""
+    global _routed_library
+    _routed_library = torch.library.Library("aten", "IMPL")
+    kernels = (fused_lstm_cell, fused_lstm_cell_backward, fused_gru_cell, fused_gru_cell_backward, fused_attention,
+               fused_attention_backward)
+    for name, kernel in zip(ROUTED_OPERATORS, kernels):
+        _routed_library.impl(name, kernel, "PrivateUse1")
+    # A composite operator a backend may override for its own key: see shallow_copy_compatible.
+    _routed_library.impl("_has_compatible_shallow_copy_type", shallow_copy_compatible, "PrivateUse1")
 
 
 def set_fallback_policy(policy: str) -> None:
@@ -86,6 +203,8 @@ def install() -> None:
     runtime = load_runtime()
     runtime.install_minimal_operators()
     runtime.install_native_kernels(list(NATIVE_OPERATORS))
+    install_routed_operators()
+    runtime.install_attention_choice()  # C++: the choice is a per-device hook, see backend/csrc
     runtime.install_fallback()
     set_fallback_policy(config.fallback_policy())
     export(set_fallback_policy, get_fallback_policy, fallback_counts, reset_fallback_counts, set_fallback_observer)

@@ -9,6 +9,9 @@
 #include <ATen/autocast_mode.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/transformers/attention.h>
+#include <ATen/native/transformers/sdp_utils_cpp.h>
+#include <ATen/ops/_fused_sdp_choice_ops.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -33,7 +36,7 @@ static thread_local DeviceIndex t_current_device = 0;
 
 static void check_device_index(DeviceIndex index) {
   int count = g_device_count.load();
-  TORCH_CHECK_INDEX(
+  TORCH_CHECK(  // a RuntimeError, as CUDA raises for an invalid device ordinal
       index >= 0 && index < count,
       "sim:", static_cast<int>(index), " does not exist: this process has ", count,
       " sim device(s), sim:0 to sim:", count - 1,
@@ -259,12 +262,22 @@ static bool is_sim_memory(const c10::Storage& storage) {
 
 // ---------------------------------------------------------- pinned memory
 static std::mutex g_pinned_mutex;
-static std::unordered_set<const void*> g_pinned;
+static std::map<const char*, size_t> g_pinned;  // pinned blocks: start -> size
+
+// True for any address inside a pinned block (a slice of pinned memory is pinned too).
+static bool is_pinned_address(const void* data) {
+  const char* address = static_cast<const char*>(data);
+  std::lock_guard<std::mutex> lock(g_pinned_mutex);
+  auto after = g_pinned.upper_bound(address);
+  if (after == g_pinned.begin()) return false;
+  auto block = std::prev(after);
+  return address < block->first + std::max<size_t>(block->second, 1);
+}
 
 static void pinned_free(void* ptr) {
   {
     std::lock_guard<std::mutex> lock(g_pinned_mutex);
-    g_pinned.erase(ptr);
+    g_pinned.erase(static_cast<const char*>(ptr));
   }
   std::free(ptr);
 }
@@ -275,7 +288,7 @@ struct PinnedAllocator final : c10::Allocator {
     void* ptr = std::aligned_alloc(64, (nbytes + 63) / 64 * 64);
     TORCH_CHECK_WITH(OutOfMemoryError, ptr != nullptr, "sim: could not pin ", format_bytes(nbytes), " of host memory.");
     std::lock_guard<std::mutex> lock(g_pinned_mutex);
-    g_pinned.insert(ptr);
+    g_pinned.emplace(static_cast<const char*>(ptr), nbytes);
     return {ptr, ptr, &pinned_free, c10::Device(c10::kCPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &pinned_free; }
@@ -399,22 +412,32 @@ struct SimGuardImpl final : c10::impl::DeviceGuardImplInterface {
     if (device.has_index() && device.index() >= 0 && device.index() < g_device_count.load())
       t_current_device = device.index();
   }
+  // A device without an index (torch.Stream(device="sim")) means the current device, as on CUDA.
+  static c10::Device resolved(c10::Device device) {
+    return device.has_index() ? device : c10::Device(kSim, t_current_device);
+  }
   c10::Stream getStream(c10::Device device) const override {
+    device = resolved(device);
     auto found = t_current_stream.find(device.index());
     c10::StreamId id = found == t_current_stream.end() ? 0 : found->second;
     return c10::Stream(c10::Stream::UNSAFE, device, id);
   }
   c10::Stream getDefaultStream(c10::Device device) const override {
-    return c10::Stream(c10::Stream::DEFAULT, device);
+    return c10::Stream(c10::Stream::DEFAULT, resolved(device));
   }
   c10::Stream getStreamFromGlobalPool(c10::Device device, bool) const override {
     require_streams();
     static std::atomic<int> next{0};
-    return c10::Stream(c10::Stream::UNSAFE, device, 1 + (next++ % kStreamPoolSize));
+    return c10::Stream(c10::Stream::UNSAFE, resolved(device), 1 + (next++ % kStreamPoolSize));
   }
   c10::Stream getNewStream(c10::Device device, int) const override {
     require_streams();
-    return c10::Stream(c10::Stream::UNSAFE, device, kStreamPoolSize + g_next_stream_id++);
+    return c10::Stream(c10::Stream::UNSAFE, resolved(device), kStreamPoolSize + g_next_stream_id++);
+  }
+  // sim computes with the host's kernels, so every dtype the CPU has is supported (the default).
+  c10::DeviceCapability getDeviceCapability(c10::Device device) const override {
+    check_device_index(resolved(device).index());
+    return c10::DeviceCapability();
   }
   c10::Stream exchangeStream(c10::Stream stream) const override {
     auto previous = getStream(stream.device());
@@ -485,10 +508,7 @@ struct SimHooks final : at::PrivateUse1HooksInterface {
     TORCH_CHECK(static_cast<const char*>(data) < start + block.size, "sim: the pointer is not in sim device memory");
     return c10::Device(kSim, block.device);
   }
-  bool isPinnedPtr(const void* data) const override {
-    std::lock_guard<std::mutex> lock(g_pinned_mutex);
-    return g_pinned.count(data) > 0;
-  }
+  bool isPinnedPtr(const void* data) const override { return is_pinned_address(data); }
   c10::Allocator* getPinnedMemoryAllocator() const override { return &g_pinned_allocator; }
   bool hasPrimaryContext(DeviceIndex device) const override { return device >= 0 && device < g_device_count.load(); }
   DeviceIndex deviceCount() const override { return static_cast<DeviceIndex>(g_device_count.load()); }
@@ -1051,6 +1071,25 @@ void install_native_kernels(const std::vector<std::string>& operator_names) {
   for (const auto& name : operator_names) m.impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&native_kernel>());
 }
 
+// scaled_dot_product_attention asks a per-device hook (a DispatchStub, not the operator) which
+// fused kernel to run. sim answers what the CPU would answer for the same tensors, and offers
+// the host's flash kernel under OVERRIDEABLE, the choice PyTorch reserves for PrivateUse1.
+static int64_t attention_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                                const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
+                                std::optional<double> scale, bool enable_gqa) {
+  int64_t choice = at::_ops::_fused_sdp_choice::redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU), query, key,
+                                                           value, attn_mask, dropout_p, is_causal, scale, enable_gqa);
+  return choice == static_cast<int64_t>(sdp::SDPBackend::flash_attention)
+             ? static_cast<int64_t>(sdp::SDPBackend::overrideable)
+             : choice;
+}
+
+void install_attention_choice() {
+  at::native::_fused_sdp_choice_stub.set_privateuse1_dispatch_ptr(&attention_choice);
+  auto& m = new_library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __LINE__);
+  m.impl("_fused_sdp_choice", TORCH_FN(attention_choice));
+}
+
 void install_fallback() {
   auto& m = new_library(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1, __LINE__);
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&host_fallback>());
@@ -1065,16 +1104,53 @@ void install_generator() {
   g_generator_installed = true;
 }
 
+// CUDA refuses binary_cross_entropy under autocast (a float16 sigmoid output loses too much
+// precision); sim refuses it the same way, with the way out in the message.
+static at::Tensor binary_cross_entropy_refused(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                               int64_t) {
+  TORCH_CHECK(false,
+              "sim: binary_cross_entropy is not allowed under autocast, as on CUDA: a sigmoid output in lower "
+              "precision makes it unsafe. Use binary_cross_entropy_with_logits (BCEWithLogitsLoss), which "
+              "takes the logits and is safe, or compute this loss outside the autocast region.");
+}
+
+// CUDA's whole policy, from PyTorch's shared op lists. Each category is its own registration
+// (its own line), so torch.sim.cast_policy() can read the categories back from the dispatcher.
 void install_autocast() {
+  using at::IntArrayRef, at::Scalar, at::ScalarType, at::Tensor;  // the names PyTorch's op lists use
   auto& everything = new_library(torch::Library::IMPL, "_", c10::DispatchKey::AutocastPrivateUse1, __LINE__);
   everything.fallback(torch::CppFunction::makeFallthrough());
-  auto& m = new_library(torch::Library::IMPL, "aten", c10::DispatchKey::AutocastPrivateUse1, __LINE__);
+  constexpr auto kAutocast = c10::DispatchKey::AutocastPrivateUse1;
 #define SIM_LOWER_PRECISION(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, lower_precision_fp)
 #define SIM_FP32(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32)
-  AT_FORALL_LOWER_PRECISION_FP(SIM_LOWER_PRECISION)
-  AT_FORALL_FP32(SIM_FP32)
+#define SIM_FP32_SET_OPT_DTYPE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32_set_opt_dtype)
+#define SIM_PROMOTE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, promote)
+  {
+    auto& m = new_library(torch::Library::IMPL, "aten", kAutocast, __LINE__);
+    AT_FORALL_LOWER_PRECISION_FP(SIM_LOWER_PRECISION)
+  }
+  {
+    auto& m = new_library(torch::Library::IMPL, "aten", kAutocast, __LINE__);
+    AT_FORALL_FP32(SIM_FP32)
+  }
+  {
+    auto& m = new_library(torch::Library::IMPL, "aten", kAutocast, __LINE__);
+    AT_FORALL_FP32_SET_OPT_DTYPE(SIM_FP32_SET_OPT_DTYPE)
+  }
+  {
+    auto& m = new_library(torch::Library::IMPL, "aten", kAutocast, __LINE__);
+    AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(KERNEL_DIFFERENT_REDISPATCH_SIGNATURE_PRIVATEUSEONE)
+  }
+  {
+    auto& m = new_library(torch::Library::IMPL, "aten", kAutocast, __LINE__);
+    AT_FORALL_PROMOTE(SIM_PROMOTE)
+  }
+  new_library(torch::Library::IMPL, "aten", kAutocast, __LINE__)
+      .impl("binary_cross_entropy", TORCH_FN(binary_cross_entropy_refused));
 #undef SIM_LOWER_PRECISION
 #undef SIM_FP32
+#undef SIM_FP32_SET_OPT_DTYPE
+#undef SIM_PROMOTE
 }
 
 // ----------------------------------------------------------- Python glue
@@ -1094,6 +1170,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("install_minimal_operators", &install_minimal_operators);
   module.def("install_native_kernels", &install_native_kernels);
   module.def("install_fallback", &install_fallback);
+  module.def("install_attention_choice", &install_attention_choice);
   module.def("install_streams_events", &install_streams_events);
   module.def("install_generator", &install_generator);
   module.def("install_autocast", &install_autocast);
@@ -1149,8 +1226,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   });
 
   module.def("default_generator", [](int64_t device) { return default_generator(checked(device)); });
-  module.def("is_pinned_pointer", [](int64_t address) {
-    std::lock_guard<std::mutex> lock(g_pinned_mutex);
-    return g_pinned.count(reinterpret_cast<const void*>(address)) > 0;
-  });
+  module.def("is_pinned_pointer",
+             [](int64_t address) { return is_pinned_address(reinterpret_cast<const void*>(address)); });
 }

@@ -47,10 +47,61 @@ def test_cast_policy_is_read_from_the_dispatcher():
     policy = amp.cast_policy()
     assert policy["aten::mm"] == "lower_precision"
     assert policy["aten::exp"] == "float32"
-    assert "aten::add.Tensor" not in policy
+    assert policy["aten::softmax.int"] == "float32_set_opt_dtype"
+    assert policy["aten::norm.ScalarOpt_dim"] == "float32_append_dtype"
+    assert policy["aten::index_put"] == "promote"
+    assert "aten::add.Tensor" not in policy and "other" not in policy.values()
     assert torch.sim.get_amp_supported_dtype() == [torch.float16, torch.bfloat16, torch.float32]
 
 
 def test_unsupported_autocast_dtype_is_refused():
     with pytest.raises(ValueError, match="sim autocast supports"):
         torch.sim.set_autocast_dtype(torch.int8)
+
+
+# cuDNN's own operators: they exist only on CUDA, so sim has nothing to cast for them.
+CUDA_ONLY_OPERATORS = {"aten::cudnn_convolution", "aten::cudnn_convolution_transpose"}
+
+
+def test_sims_policy_covers_cudas_operators_exactly():
+    """This CPU build registers CUDA's autocast kernels too: the same operators must have a rule on sim."""
+    cuda = set(amp.autocast_registrations("AutocastCUDA")) - CUDA_ONLY_OPERATORS
+    sim = set(amp.autocast_registrations("AutocastPrivateUse1"))
+    assert len(cuda) > 100
+    assert not cuda - sim and not sim - cuda, f"CUDA only: {sorted(cuda - sim)}; sim only: {sorted(sim - cuda)}"
+
+
+def test_every_category_of_cudas_policy_is_present_on_sim():
+    counts = {}
+    for category in amp.cast_policy().values():
+        counts[category] = counts.get(category, 0) + 1
+    assert set(counts) == set(amp.CATEGORY_EXAMPLES.values()), counts
+    assert counts["float32_set_opt_dtype"] == 11 and counts["float32_append_dtype"] == 2 and counts["refused"] == 1
+
+
+@pytest.mark.parametrize("operator, arguments", [
+    ("softmax", lambda x: torch.softmax(x, 0)), ("log_softmax", lambda x: torch.log_softmax(x, 0)),
+    ("sum", lambda x: x.sum()), ("cumsum", lambda x: torch.cumsum(x, 0)), ("prod", lambda x: x.prod()),
+    ("norm", lambda x: x.norm()), ("vector_norm", lambda x: torch.linalg.vector_norm(x)),
+])
+def test_reductions_run_in_float32_as_on_cuda(operator, arguments):
+    x = torch.randn(6, device="sim").to(torch.float16)
+    with torch.autocast("sim", dtype=torch.float16):
+        assert arguments(x).dtype == torch.float32, operator
+
+
+def test_promote_casts_mixed_inputs_to_the_widest():
+    half, full = torch.ones(3, device="sim", dtype=torch.float16), torch.ones(3, device="sim")
+    with torch.autocast("sim", dtype=torch.float16):
+        assert torch.addcmul(full, half, half).dtype == torch.float32
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_binary_cross_entropy_is_refused_under_autocast(dtype):
+    probabilities, targets = torch.rand(4, device="sim"), torch.rand(4, device="sim")
+    with torch.autocast("sim", dtype=dtype):
+        with pytest.raises(RuntimeError, match="binary_cross_entropy is not allowed under autocast.*"
+                                               "binary_cross_entropy_with_logits"):
+            torch.nn.functional.binary_cross_entropy(probabilities, targets)
+        assert torch.nn.functional.binary_cross_entropy_with_logits(probabilities, targets).dtype == torch.float32
+    assert torch.nn.functional.binary_cross_entropy(probabilities, targets).dtype == torch.float32

@@ -1,0 +1,86 @@
+"""Attention: sim answers PyTorch's per-device attention choice with OVERRIDEABLE and implements
+`_scaled_dot_product_fused_attention_overrideable` and its backward on the host's flash kernel, so
+`scaled_dot_product_attention` is bit-identical to the CPU, forward and backward."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend
+
+DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+VARIANTS = ["plain", "causal", "mask", "boolean mask"]
+
+
+def arguments(variant: str, dtype: torch.dtype) -> dict:
+    if variant == "causal":
+        return {"is_causal": True}
+    if variant == "mask":
+        return {"attn_mask": torch.randn(8, 8, dtype=dtype)}
+    if variant == "boolean mask":
+        return {"attn_mask": torch.rand(8, 8) > 0.3}
+    return {}
+
+
+def on(device: str, values: dict) -> dict:
+    return {name: value.to(device) if isinstance(value, torch.Tensor) else value for name, value in values.items()}
+
+
+def test_the_choice_for_sim_is_the_overrideable_backend():
+    q = torch.randn(2, 4, 8, 16, device="sim")
+    assert torch._fused_sdp_choice(q, q, q) == SDPBackend.OVERRIDEABLE.value
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(
+        "aten::_scaled_dot_product_fused_attention_overrideable", "PrivateUse1")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_forward_and_backward_are_bit_identical_to_cpu(dtype, variant):
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 8, 16, dtype=dtype, generator=generator) for _ in range(3))
+    extra = arguments(variant, dtype)
+    results = {}
+    for device in ("cpu", "sim"):
+        leaves = [t.detach().clone().to(device).requires_grad_() for t in (q, k, v)]
+        out = F.scaled_dot_product_attention(*leaves, **on(device, extra))
+        out.backward(torch.ones_like(out))
+        results[device] = [out.detach().cpu()] + [leaf.grad.cpu() for leaf in leaves]
+    for cpu, sim in zip(results["cpu"], results["sim"]):
+        assert torch.equal(cpu, sim)
+
+
+def test_dropout_draws_from_sims_generator_like_the_cpu_from_its_own():
+    q, k, v = (torch.randn(2, 4, 8, 16) for _ in range(3))
+    torch.manual_seed(7)
+    cpu = F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)
+    torch.sim.manual_seed(7)
+    sim = F.scaled_dot_product_attention(q.to("sim"), k.to("sim"), v.to("sim"), dropout_p=0.5)
+    torch.sim.manual_seed(8)
+    other = F.scaled_dot_product_attention(q.to("sim"), k.to("sim"), v.to("sim"), dropout_p=0.5)
+    assert torch.equal(cpu, sim.cpu())
+    assert not torch.equal(sim, other)
+
+
+def test_multihead_attention_trains_like_the_cpu_and_runs_its_fast_path():
+    torch.manual_seed(0)
+    cpu = torch.nn.MultiheadAttention(16, 4, batch_first=True)
+    sim = copy.deepcopy(cpu).to("sim")
+    x = torch.randn(3, 5, 16)
+    for model, device in ((cpu, "cpu"), (sim, "sim")):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        on_device = x.to(device)  # one tensor for query, key and value: MultiheadAttention's packed path
+        for _ in range(3):
+            optimizer.zero_grad()
+            out, _ = model(on_device, on_device, on_device)
+            out.square().sum().backward()
+            optimizer.step()
+    for p_cpu, p_sim in zip(cpu.parameters(), sim.parameters()):
+        assert torch.equal(p_cpu.detach(), p_sim.detach().cpu())
+    cpu.eval(), sim.eval()
+    x_sim = x.to("sim")
+    with torch.inference_mode():
+        fast_cpu, _ = cpu(x, x, x, need_weights=False)
+        fast_sim, _ = sim(x_sim, x_sim, x_sim, need_weights=False)
+    assert torch.equal(fast_cpu, fast_sim.cpu())

@@ -135,8 +135,7 @@ def fused_attention(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=
     output, logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
         query, key, value, dropout_p, is_causal, attn_mask=attn_bias, scale=scale)
     nothing = query.new_empty(0)
-    return (output, logsumexp, nothing, nothing, query.size(-2), key.size(-2), nothing, nothing,
-            query.new_empty(0))
+    return output, logsumexp, nothing, nothing, query.size(-2), key.size(-2), nothing, nothing, nothing
 
 
 def fused_attention_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q,

@@ -9,27 +9,20 @@ import importlib
 from pathlib import Path
 from types import ModuleType
 
-REBUILD = "rebuild it from the project folder with `make setup` or `pip install --no-build-isolation -e .`"
-
 
 class RuntimeMissingError(ImportError):
     """The compiled core is missing or cannot be loaded."""
 
 
-def load_compiled(package: str, name: str) -> ModuleType:
-    """Import the compiled module `package.name`; if it is absent or broken, say which file and how to rebuild."""
+def load_runtime() -> ModuleType:
+    """Return sim's C++ runtime core; if it is absent or broken, say which file and how to rebuild it."""
     try:
-        return importlib.import_module(f"{package}.{name}")
+        return importlib.import_module("torch_sim._C")
     except ImportError as error:
-        folder = Path(importlib.import_module(package).__file__).parent
-        present = sorted(path.name for path in folder.glob(f"{name}.*.so"))
+        folder = Path(__file__).parent
+        present = sorted(folder.glob("_C.*.so"))
         problem = f"cannot be loaded ({error})" if present else "is missing"
         raise RuntimeMissingError(
-            f"{package}: the compiled library {folder / (present[0] if present else name + '.<abi>.so')} "
-            f"{problem}; {REBUILD}"
+            f"torch_sim: the compiled library {present[0] if present else folder / '_C.<abi>.so'} {problem}; "
+            "rebuild it from the project folder with `make setup` or `pip install --no-build-isolation -e .`"
         ) from None
-
-
-def load_runtime() -> ModuleType:
-    """Return sim's C++ runtime core."""
-    return load_compiled("torch_sim", "_C")

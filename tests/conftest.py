@@ -43,8 +43,6 @@ def project_wheel(tmp_path_factory) -> Path:
     """The project built into a wheel from a copy of its sources (compiles the C++ parts once per session)."""
     from tests.environments import build_wheel, project_sources
 
-    if os.environ.get("SIM_TEST_WHEEL"):  # a wheel built earlier from the same sources saves the compile
-        return Path(os.environ["SIM_TEST_WHEEL"])
     root = tmp_path_factory.mktemp("wheel")
     return build_wheel(project_sources(root / "source"), root / "dist")
 

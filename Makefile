@@ -55,6 +55,7 @@ benchmark: setup
 	$(PYTHON) benchmarks/explorer_speed.py
 	$(PYTHON) benchmarks/widget_speed.py
 	$(PYTHON) benchmarks/import_speed.py
+	$(PYTHON) benchmarks/profiler_overhead.py
 
 clean:
 	rm -rf $(VENV) build site docs/notebooks *.egg-info backend/_C.*.so explorer/_native.*.so

@@ -95,7 +95,9 @@ def extension(name: str, folder: str) -> list[CppExtension]:
     sources = sorted(str(path.relative_to(ROOT)) for path in (ROOT / folder).glob("*.cpp"))
     if not sources:
         return []
-    return [CppExtension(name, sources, include_dirs=[str(ROOT / folder)], extra_compile_args=["-O2"])]
+    # kineto's headers (the activity-profiler interface of backend/csrc/profiler.cpp) sit beside torch's.
+    kineto = [str(Path(path) / "kineto") for path in include_paths() if (Path(path) / "kineto").is_dir()]
+    return [CppExtension(name, sources, include_dirs=[str(ROOT / folder), *kineto], extra_compile_args=["-O2"])]
 
 
 if __name__ == "__main__":

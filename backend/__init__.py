@@ -21,6 +21,7 @@ STEPS: tuple[str, ...] = (
     "amp",
     "serialization",
     "autoload",
+    "profiler",
 )
 
 _installed: list[str] = []
@@ -78,3 +79,9 @@ def require(step: str) -> None:
             f"sim: the '{step}' step of the bring-up is not installed in this process "
             f"(installed: {', '.join(_installed) or 'none'}); call torch_sim.bring_up('{step}')"
         )
+
+
+# Importing a step first (`import torch_sim.amp`) imports torch, whose autoload brings the
+# backend up and imports that same step while it is still half-loaded. Importing torch here,
+# once every name above exists, makes torch's autoload run before any step module loads.
+import torch  # noqa: E402,F401

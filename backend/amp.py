@@ -70,7 +70,39 @@ def cast_policy() -> dict[str, str]:
     return {name: category_of_site.get(site, "other") for name, site in sites.items()}
 
 
+def use_the_hosts_linear_cross_entropy_precision() -> None:
+    """Give sim the CPU's defaults for `linear_cross_entropy`'s chunked path: float32 accumulation.
+
+    PyTorch picks that path's accumulation dtype and policy by device type, in Python
+    (torch/nn/modules/linear_cross_entropy_options.py: the `_AUTO_DEFAULTS` table and
+    `LinearCrossEntropyOptions._resolve_auto_acc_dtype`, which answer float32 for "cpu" and
+    "cuda" only). Any other device accumulates bfloat16/float16 inputs in their own dtype:
+    less precise than the CPU and, on a host, slower. sim computes on the host, so it takes
+    the CPU's entries. A vendor with a working mixed-precision matmul meets the same gap;
+    PyTorch has no hook for it yet.
+    """
+    try:
+        from torch.nn.modules import linear_cross_entropy_options as options
+    except ImportError:  # a torch without the chunked path
+        return
+    resolve = getattr(options.LinearCrossEntropyOptions, "_resolve_auto_acc_dtype", None)
+    if resolve is None or getattr(resolve, "sim_resolves_like_the_cpu", False):
+        return
+    for dtype in (torch.bfloat16, torch.float16):
+        if ("cpu", dtype) in options._AUTO_DEFAULTS:
+            options._AUTO_DEFAULTS[("sim", dtype)] = options._AUTO_DEFAULTS[("cpu", dtype)]
+
+    def resolve_like_the_cpu(dtype: torch.dtype, device: torch.device | None) -> torch.dtype | None:
+        if device is not None and device.type == "sim":
+            device = torch.device("cpu")
+        return resolve(dtype, device)
+
+    resolve_like_the_cpu.sim_resolves_like_the_cpu = True
+    options.LinearCrossEntropyOptions._resolve_auto_acc_dtype = staticmethod(resolve_like_the_cpu)
+
+
 def install() -> None:
     load_runtime().install_autocast()
+    use_the_hosts_linear_cross_entropy_precision()
     export(get_amp_supported_dtype, is_autocast_enabled, set_autocast_enabled, get_autocast_dtype,
            set_autocast_dtype, cast_policy)

@@ -4,8 +4,13 @@ PyTorch's own derivative formulas are registered for every Autograd<Backend> key
 through the Autograd alias, so training works on sim without any registration.
 A vendor overrides `AutogradPrivateUse1` when its device computes an operator's
 gradient differently (a fused kernel, say). The worked example here does that
-for `aten::silu`: the forward saves its output and its sigmoid, and the backward
-uses them instead of recomputing the sigmoid, as a fused device kernel would.
+for `aten::silu`: a `torch.autograd.Function` whose forward is the device's silu
+kernel and whose backward is the device's fused `silu_backward` kernel.
+
+An own derivative must keep the reference's arithmetic where the device promises
+results bit-identical to the CPU: an earlier version of this example saved the
+sigmoid and built the gradient from it, which differs from the CPU's fused kernel
+in the last bit, and the OpInfo sweep (tests/backend/test_device_generic.py) caught it.
 """
 from __future__ import annotations
 
@@ -17,28 +22,26 @@ import torch
 _library: torch.library.Library | None = None
 
 
-class _SiluWithSavedSigmoid(torch.autograd.Function):
+class _SiluOnDeviceKernels(torch.autograd.Function):
     @staticmethod
     def forward(context, input: torch.Tensor) -> torch.Tensor:
         with torch._C._AutoDispatchBelowAutograd():
-            sigmoid = torch.sigmoid(input)
-            output = input * sigmoid
-        context.save_for_backward(output, sigmoid)
+            output = torch.ops.aten.silu.default(input)
+        context.save_for_backward(input)
         return output
 
     @staticmethod
     def backward(context, grad_output: torch.Tensor) -> torch.Tensor:
-        output, sigmoid = context.saved_tensors
-        # d/dx x*s(x) = s + x*s*(1-s) = s * (1 + x - x*s) = s + output * (1 - s)
-        return grad_output * (sigmoid + output * (1 - sigmoid))
+        (input,) = context.saved_tensors
+        return torch.ops.aten.silu_backward.default(grad_output, input)
 
 
 def silu_autograd_kernel(input: torch.Tensor) -> torch.Tensor:
-    """The AutogradPrivateUse1 kernel of aten::silu on sim: the saved-sigmoid path only when a gradient is needed."""
+    """The AutogradPrivateUse1 kernel of aten::silu on sim: the autograd.Function only when a gradient is needed."""
     if not (torch.is_grad_enabled() and input.requires_grad):
         with torch._C._AutoDispatchBelowAutograd():
             return torch.ops.aten.silu.default(input)
-    return _SiluWithSavedSigmoid.apply(input)
+    return _SiluOnDeviceKernels.apply(input)
 
 
 def _let_autograd_threads_finish() -> None:

@@ -13,6 +13,12 @@ to a backend-specific kernel (ROUTED_OPERATORS): the fused RNN cells, and the at
 kernel PrivateUse1 gets when its attention choice (a per-device hook, in C++) answers
 OVERRIDEABLE. And one composite rule a backend must override for its own key:
 `_has_compatible_shallow_copy_type`, without which `model.to(device)` unties shared weights.
+
+Bit-identity with the CPU also needs the CPU's *path*, not only its kernels: a few
+operators have a CPU kernel of their own and a composite for every other device
+(`addr`, `native_group_norm`, `mish_backward`, ...). A backend without its own kernel
+gets the composite, which rounds differently. `host_kernels_over_composites()` finds
+them in the dispatcher and sim registers the host kernel for each.
 """
 from __future__ import annotations
 
@@ -172,6 +178,21 @@ def install_routed_operators() -> None:
     _routed_library.impl("_has_compatible_shallow_copy_type", shallow_copy_compatible, "PrivateUse1")
 
 
+def host_kernels_over_composites() -> list[str]:
+    """Operators whose CPU kernel PrivateUse1 would miss: a kernel of their own on the CPU, a composite elsewhere.
+
+    The composites generated for structured operators (CompositeExplicitAutogradNonFunctional)
+    call the same out= kernel as the CPU, so they are left to the fallback.
+    """
+    has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
+    own = {f"aten::{name}" for name in NATIVE_OPERATORS + ROUTED_OPERATORS}
+    return sorted(name.removeprefix("aten::") for name in torch._C._dispatch_get_all_op_names()
+                  if name.startswith("aten::") and name not in own and has_kernel(name, "CPU")
+                  and not has_kernel(name, "PrivateUse1")
+                  and (has_kernel(name, "CompositeExplicitAutograd") or has_kernel(name, "CompositeImplicitAutograd"))
+                  and not has_kernel(name, "CompositeExplicitAutogradNonFunctional"))
+
+
 def set_fallback_policy(policy: str) -> None:
     """'warn' (once per operator), 'silent', or 'error' (the fallback raises NotImplementedError)."""
     if policy not in config.FALLBACK_POLICIES:
@@ -201,7 +222,7 @@ def set_fallback_observer(observer) -> None:
 def install() -> None:
     runtime = load_runtime()
     runtime.install_minimal_operators()
-    runtime.install_native_kernels(list(NATIVE_OPERATORS))
+    runtime.install_native_kernels(list(NATIVE_OPERATORS) + host_kernels_over_composites())
     install_routed_operators()
     runtime.install_attention_choice()  # C++: the choice is a per-device hook, see backend/csrc
     runtime.install_fallback()

@@ -33,6 +33,7 @@ TITLES = {
     "amp": "Enable automatic mixed precision",
     "serialization": "Make tensors save and load",
     "autoload": "Load the backend with `import torch`",
+    "profiler": "Report device time to the profiler",
 }
 
 VENDOR_CPP = {
@@ -111,12 +112,26 @@ TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
   KERNEL_PRIVATEUSEONE(exp, fp32)
 }
 // plus, in the Python device module: get_amp_supported_dtype, is_autocast_enabled, ...""",
-    "serialization": """// Nothing in C++ beyond the allocator and _copy_from: torch.save copies each storage
-// to the host, torch.load rebuilds it on the device. Python side:
-//   torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)""",
+    "serialization": """// torch.save copies each storage to the host, torch.load rebuilds it on the device
+// (allocator and _copy_from do it). What the device keeps beside a tensor travels too:
+struct MyTensorMeta : c10::BackendMeta { /* e.g. a memory format */ };
+void save_meta(const at::Tensor& t, std::unordered_map<std::string, bool>& m);
+void load_meta(const at::Tensor& t, std::unordered_map<std::string, bool>& m);
+TensorBackendMetaRegistry(c10::DeviceType::PrivateUse1, &save_meta, &load_meta);
+// Python: torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)""",
     "autoload": """# pyproject.toml of the vendor package
 [project.entry-points."torch.backends"]
 mydev = "my_package:_autoload"   # called at the end of `import torch`""",
+    "profiler": """// torch.profiler(activities=[..., PrivateUse1]): an activity profiler for kineto
+class MyActivityProfiler : public libkineto::IActivityProfiler {
+  // configure() returns a session: start()/stop() arm the device's tracing,
+  // pushCorrelationId() tags the kernels each operator launches, processTrace()
+  // logs them as CONCURRENT_KERNEL activities linked to their operator.
+};
+torch::profiler::impl::PrivateUse1ProfilerRegistry::instance().registerFactory(
+    [] { return std::make_unique<MyActivityProfiler>(); });
+// the legacy profiler (use_kineto=False) times operators with device events instead:
+torch::profiler::impl::registerPrivateUse1Methods(&my_profiler_stubs);""",
 }
 
 

@@ -618,6 +618,7 @@ static at::Tensor to_device(const at::Tensor& host, c10::Device device) {
 
 struct OperatorEntry {
   std::string name;
+  std::string kernel_name;  // its kernel in profiler traces: "sim::mm" for aten::mm
   bool takes_host_indices = false;  // like CUDA, indexing accepts index tensors that live on the host
   bool has_host_kernel = false;
   bool is_random = false;
@@ -632,6 +633,7 @@ static OperatorEntry& operator_entry(const c10::OperatorHandle& op) {
   if (entry.name.empty()) {
     const auto& name = op.schema().operator_name();
     entry.name = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+    entry.kernel_name = "sim::" + entry.name.substr(entry.name.find("::") + 2);
     const auto& arguments = op.schema().arguments();
     for (size_t i = 0; i < arguments.size(); ++i) {
       auto type = arguments[i].real_type();
@@ -683,6 +685,10 @@ struct HostAliases {
   at::Tensor add(const at::Tensor& t) {
     if (!t.defined() || t.device().type() != kSim) return t;
     check_strided(t);
+    // The same tensor passed twice (`cat([x, y], out=x)`) gets the same alias: kernels check
+    // overlap by identity first, and an empty tensor overlaps nothing but itself.
+    for (auto& entry : entries)
+      if (entry.device_tensor.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return entry.host_tensor;
     c10::Storage host_storage;
     for (auto& [host, device_storage] : storages)
       if (device_storage.unsafeGetStorageImpl() == t.storage().unsafeGetStorageImpl()) {
@@ -738,6 +744,9 @@ struct HostAliases {
     return to_device(host, device);
   }
 };
+
+bool recording_kernels();  // profiler.cpp
+void record_kernel(const std::string& name, int64_t start_ns, int64_t end_ns, c10::Device device);
 
 // Runs an operator's host (CPU) kernel on device memory: the boxed kernel behind
 // the per-op native kernels and the fallback alike.
@@ -801,7 +810,9 @@ static void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* st
   {
     HostScope scope(device);
     DeviceRandomScope random(entry.is_random, device.index());
+    const int64_t start_ns = recording_kernels() ? c10::getTime() : 0;
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+    if (start_ns != 0) record_kernel(entry.kernel_name, start_ns, c10::getTime(), device);
   }
 
   aliases.write_back_resizes(device);
@@ -1159,6 +1170,9 @@ static DeviceIndex checked(int64_t device) {
   return static_cast<DeviceIndex>(device);
 }
 
+void install_tensor_metadata();  // serialization.cpp
+void install_profiler();         // profiler.cpp
+
 }  // namespace sim
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
@@ -1174,6 +1188,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("install_streams_events", &install_streams_events);
   module.def("install_generator", &install_generator);
   module.def("install_autocast", &install_autocast);
+  module.def("install_tensor_metadata", &install_tensor_metadata);
+  module.def("install_profiler", &install_profiler);
 
   module.def("device_count", []() { return g_device_count.load(); });
   module.def("current_device", []() { return static_cast<int>(t_current_device); });

@@ -14,6 +14,7 @@ from plotly.subplots import make_subplots
 
 from pu1_explorer.coverage import STATUS_ORDER, CoverageSnapshot
 from pu1_explorer.dispatch_table import KERNEL_KINDS, KIND_DESCRIPTIONS, KernelEntry
+from pu1_explorer.profile import TimelineSpan
 from pu1_explorer.tracer import Hop, Trace, key_priority
 
 KIND_COLOURS = {
@@ -220,4 +221,30 @@ def memory_figure(samples: Sequence[dict], capacities: dict[int, int] | None = N
     if capacities:
         title += " (capacity " + ", ".join(f"sim:{d} {c / 2**20:.0f} MiB" for d, c in sorted(capacities.items())) + ")"
     figure.update_layout(title=title, xaxis_title="step", yaxis_title="MiB", height=420)
+    return figure
+
+
+def profile_timeline_figure(spans: Sequence[TimelineSpan], title: str = "What the profiler saw") -> go.Figure:
+    """One row per host nesting level and per device: operators on the host, kernels on the device, in µs."""
+    rows: list[str] = []
+    for span in spans:
+        row = span.track if span.track != "host" else f"host, depth {span.depth}"
+        if row not in rows:
+            rows.append(row)
+    rows.sort(key=lambda row: (not row.startswith("host"), row))
+    figure = go.Figure()
+    for is_device, colour, legend in ((False, "#1e88e5", "host operator"), (True, "#2e7d32", "device kernel")):
+        chosen = [span for span in spans if (span.track != "host") == is_device]
+        if not chosen:
+            continue
+        figure.add_trace(go.Bar(
+            base=[span.start_us for span in chosen], x=[max(span.end_us - span.start_us, 0.5) for span in chosen],
+            y=[span.track if is_device else f"host, depth {span.depth}" for span in chosen], orientation="h",
+            marker_color=colour, name=legend, text=[span.name for span in chosen], textposition="inside",
+            insidetextanchor="middle",
+            customdata=[[span.end_us - span.start_us, span.launched_by or "-"] for span in chosen],
+            hovertemplate="%{text}<br>%{customdata[0]:.1f} µs<br>launched by %{customdata[1]}<extra></extra>"))
+    figure.update_layout(title=title, barmode="overlay", xaxis_title="µs from the start of the profile",
+                         yaxis={"categoryorder": "array", "categoryarray": rows[::-1]},
+                         height=160 + 48 * len(rows), legend={"orientation": "h", "y": -0.35})
     return figure

@@ -1,13 +1,14 @@
-"""The device-generic report: every float32 OpInfo on sim against the CPU, one line each.
+"""The device-generic report: every OpInfo on sim against the CPU, one line each.
 
     python -m tests.backend.device_generic_report [--workers N] [--output PATH]
 
-Runs tests/backend/test_device_generic.py over the full float32 OpInfo sweep
-(SIM_FULL_OPINFO=1) under pytest with N xdist workers (default 2; a worker that
-dies is replaced, so a crashing op shows up as a failure and the sweep goes on),
-reads the JUnit XML it writes, and prints per OpInfo: pass, gap (an expected
-failure listed in device_generic_gaps.GAPS), skip, or FAIL, then the totals and the
-pass percentage. The same table goes to tests/backend/device_generic_results.md.
+Runs tests/backend/test_device_generic.py over the full OpInfo sweep
+(SIM_FULL_OPINFO=1: forward in seven dtypes, backward in float64, error inputs)
+under pytest with N xdist workers (default 2; a worker that dies is replaced, so a
+crashing op shows up as a failure and the sweep goes on), reads the JUnit XML it
+writes, and prints per OpInfo its worst outcome over all its tests: pass, gap (an
+expected failure listed in device_generic_gaps), skip, or FAIL, then the totals.
+The same table goes to tests/backend/device_generic_results.md.
 """
 from __future__ import annotations
 
@@ -25,14 +26,14 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 TEST_FILE = HERE / "test_device_generic.py"
 RESULTS = HERE / "device_generic_results.md"
-TEST_NAME = re.compile(r"^test_matches_cpu_(?P<op>.+)_(?:sim|privateuse1)_float32$")
-ORDER = ("FAIL", "skip", "gap", "pass")
+TEST_NAME = re.compile(r"^test_(?P<test>forward|backward|error_inputs)_(?P<op>.+)_(?:sim|privateuse1)(?:_(?P<dtype>[a-z0-9]+))?$")
+ORDER = ("FAIL", "skip", "gap", "pass", "none")
 
 
 def run_sweep(workers: int, junit: Path, extra: list[str]) -> tuple[int, float]:
     env = {**os.environ, "SIM_FULL_OPINFO": "1", "SIM_FALLBACK": "silent", "PYTORCH_PRINT_REPRO_ON_FAILURE": "1"}
     command = [sys.executable, "-m", "pytest", str(TEST_FILE), "-q", "-p", "no:cacheprovider",
-               f"--junitxml={junit}", "-o", "junit_logging=no", "-k", "test_matches_cpu"]
+               f"--junitxml={junit}", "-o", "junit_logging=no", "-k", "TestSimOpInfo"]
     if workers > 0:
         command += ["-n", str(workers)]
     command += extra
@@ -63,71 +64,98 @@ def _detail(element) -> str:
     return _first_line(message) or _first_line(element.text)
 
 
-def read_results(junit: Path) -> dict[str, tuple[str, str, float]]:
-    """OpInfo formatted name -> (outcome, detail, seconds)."""
-    results: dict[str, tuple[str, str, float]] = {}
+Outcome = tuple[str, str, float]  # (outcome, detail, seconds)
+
+
+def read_results(junit: Path) -> dict[str, dict[str, Outcome]]:
+    """OpInfo formatted name -> {"forward float32" | "backward float64" | "error_inputs": outcome}."""
+    results: dict[str, dict[str, Outcome]] = {}
     for case in ElementTree.parse(junit).getroot().iter("testcase"):
         match = TEST_NAME.match(case.get("name", ""))
         if not match:
             continue
-        seconds = float(case.get("time") or 0.0)
         outcome, detail = "pass", ""
         for child in case:
             if child.tag == "skipped":
-                kind = child.get("type", "")
-                outcome = "gap" if "xfail" in kind else "skip"
+                outcome = "gap" if "xfail" in child.get("type", "") else "skip"
                 detail = _detail(child)
             elif child.tag in ("failure", "error"):
                 outcome, detail = "FAIL", _detail(child)
-        results[match.group("op")] = (outcome, detail, seconds)
+        test = " ".join(part for part in (match.group("test"), match.group("dtype")) if part)
+        results.setdefault(match.group("op"), {})[test] = (outcome, detail, float(case.get("time") or 0.0))
     return results
 
 
-def build_table(results: dict[str, tuple[str, str, float]]) -> tuple[list[tuple[str, str, str, float]], dict]:
+def _summary(tests: dict[str, Outcome], kind: str) -> str:
+    """"7/7" when every dtype of one test passed, else the count and the dtypes that did not."""
+    mine = {name.removeprefix(kind).strip(): outcome for name, (outcome, _, _) in tests.items()
+            if name.split()[0] == kind}
+    if not mine:
+        return "-"
+    passed = sum(outcome == "pass" for outcome in mine.values())
+    others = ", ".join(f"{dtype or 'all'} {outcome}" for dtype, outcome in sorted(mine.items()) if outcome != "pass")
+    return f"{passed}/{len(mine)}" + (f" ({others})" if others else "")
+
+
+def build_table(results: dict[str, dict[str, Outcome]]) -> tuple[list[tuple], dict]:
+    """One row per OpInfo (name, outcome, forward, backward, error inputs, detail, seconds), and the totals."""
     from torch.testing._internal.common_methods_invocations import op_db
 
-    from tests.backend.device_generic_gaps import GAPS, SHAPES_ONLY
-    from tests.backend.test_device_generic import _is_float32_op
+    from tests.backend.device_generic_gaps import EXCEPTIONS, GAPS, SHAPES_ONLY
 
     rows = []
     for op in op_db:
-        if not _is_float32_op(op):
+        tests = results.get(op.formatted_name, {})
+        if not tests:
+            dtypes = ", ".join(sorted(str(dtype).removeprefix("torch.") for dtype in op.supported_dtypes("cpu")))
+            rows.append((op.full_name, "none", "-", "-", "-",
+                         f"no test applies: on the CPU it supports {dtypes or 'no dtype at all'}", 0.0))
             continue
-        outcome, detail, seconds = results.get(op.formatted_name, ("FAIL", "did not run (no test result)", 0.0))
-        if outcome in ("gap", "skip") and op.full_name in GAPS:
-            detail = GAPS[op.full_name].removeprefix("skip:").strip()
-        elif outcome == "FAIL" and op.full_name in GAPS:
-            detail = f"listed in GAPS but did not fail as expected ({detail})"
+        outcome = min((result[0] for result in tests.values()), key=ORDER.index)
+        detail = next((result[1] for result in tests.values() if result[0] == outcome), "")
+        listed = GAPS.get(op.full_name) or next(
+            (reason for (name, _, _), reason in EXCEPTIONS.items() if name == op.full_name), None)
+        if outcome in ("gap", "skip") and listed:
+            detail = listed.removeprefix("skip:").strip()
+        elif outcome == "pass" and listed and listed.startswith("tolerance:"):
+            detail = "compared at a 1e-3 tolerance: " + listed.removeprefix("tolerance:").strip()
         elif outcome == "pass" and op.full_name in SHAPES_ONLY:
             detail = f"shapes and dtypes only: {SHAPES_ONLY[op.full_name]}"
-        rows.append((op.full_name, outcome, detail.replace("|", "\\|"), seconds))
+        seconds = sum(result[2] for result in tests.values())
+        rows.append((op.full_name, outcome, _summary(tests, "forward"), _summary(tests, "backward"),
+                     _summary(tests, "error_inputs"), detail.replace("|", "\\|"), seconds))
     rows.sort(key=lambda row: (ORDER.index(row[1]), row[0]))
     totals = {outcome: sum(1 for row in rows if row[1] == outcome) for outcome in ORDER}
     totals["shapes_only"] = sum(1 for row in rows if row[1] == "pass" and row[0] in SHAPES_ONLY)
+    totals["tests"] = sum(len(tests) for tests in results.values())
+    totals["tests_passed"] = sum(result[0] == "pass" for tests in results.values() for result in tests.values())
     return rows, totals
 
 
 def render(rows, totals, elapsed: float, workers: int) -> str:
     import torch
 
-    count = len(rows)
+    count = len(rows) - totals["none"]
     percent = 100.0 * totals["pass"] / count if count else 0.0
     lines = [
-        "# sim against the CPU: PyTorch's float32 OpInfos",
+        "# sim against the CPU: PyTorch's OpInfos, bit for bit",
         "",
         "Generated by `python -m tests.backend.device_generic_report` (tests/backend/test_device_generic.py, "
-        "full sweep); the reasons of every gap and skip live in tests/backend/device_generic_gaps.py.",
+        "full sweep); the reasons of every gap, skip and tolerance live in tests/backend/device_generic_gaps.py.",
         "",
-        f"torch {torch.__version__}; {count} float32 OpInfos on {os.environ.get('SIM_OPINFO_DEVICE') or 'sim:0'}; "
-        f"sweep took {elapsed:.0f} s with {workers or 'no'} pytest-xdist workers.",
+        f"torch {torch.__version__}; {count} OpInfos on {os.environ.get('SIM_OPINFO_DEVICE') or 'sim:0'}, "
+        f"{totals['tests']} tests (forward per dtype, backward in float64, error inputs), "
+        f"{totals['tests_passed']} passed; sweep took {elapsed:.0f} s with {workers or 'no'} pytest-xdist workers.",
         "",
-        f"**{totals['pass']} pass ({percent:.1f}%)** ({totals['shapes_only']} of them compare shapes only), "
-        f"{totals['gap']} expected failures (gaps), {totals['skip']} skipped, {totals['FAIL']} failing.",
+        f"**{totals['pass']} OpInfos pass every test ({percent:.1f}%)** ({totals['shapes_only']} of them compare "
+        f"shapes only), {totals['gap']} have an expected failure (gaps), {totals['skip']} are skipped, "
+        f"{totals['FAIL']} fail; {totals['none']} more have no sample sim could test (no CPU dtype in common).",
         "",
-        "| OpInfo | result | reason | seconds |",
-        "| --- | --- | --- | ---: |",
+        "| OpInfo | result | forward (dtypes passed) | backward | error inputs | reason | seconds |",
+        "| --- | --- | --- | --- | --- | --- | ---: |",
     ]
-    lines += [f"| `{name}` | {outcome} | {detail} | {seconds:.2f} |" for name, outcome, detail, seconds in rows]
+    lines += [f"| `{name}` | {outcome} | {forward} | {backward} | {errors} | {detail} | {seconds:.2f} |"
+              for name, outcome, forward, backward, errors, detail, seconds in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -151,11 +179,13 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     rows, totals = build_table(read_results(junit))
     text = render(rows, totals, elapsed, args.workers)
-    for name, outcome, detail, _ in rows:
-        print(f"{outcome:5} {name}" + (f"  -- {detail}" if detail else ""))
-    count = len(rows)
-    print(f"\n{count} float32 OpInfos: " + ", ".join(f"{totals[o]} {o}" for o in reversed(ORDER))
-          + f"; {100.0 * totals['pass'] / count:.1f}% pass; sweep {elapsed:.0f} s")
+    for name, outcome, forward, backward, errors, detail, _ in rows:
+        print(f"{outcome:5} {name}  forward {forward}, backward {backward}, errors {errors}"
+              + (f"  -- {detail}" if detail else ""))
+    count = len(rows) - totals["none"]
+    print(f"\n{count} OpInfos tested: " + ", ".join(f"{totals[o]} {o}" for o in reversed(ORDER[:-1]))
+          + f"; {100.0 * totals['pass'] / count:.1f}% pass; {totals['none']} with no test that applies; "
+          f"sweep {elapsed:.0f} s")
     args.output.write_text(text)
     print(f"wrote {args.output}")
     return 0 if totals["FAIL"] == 0 else 1

@@ -41,8 +41,19 @@ def test_custom_silu_gradient_matches_cpu():
     weights = torch.randn(3, 5, dtype=torch.float64)
     (torch.nn.functional.silu(x) * weights).sum().backward()
     (torch.nn.functional.silu(x_sim) * weights.to("sim")).sum().backward()
-    torch.testing.assert_close(x_sim.grad.cpu(), x.grad)
+    assert torch.equal(x_sim.grad.cpu(), x.grad)  # bit for bit: the device's fused kernels, the CPU's arithmetic
     assert torch.autograd.gradcheck(torch.nn.functional.silu, (x_sim,))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_custom_silu_is_bit_identical_to_cpu(dtype):
+    x = torch.randn(1000).to(dtype).requires_grad_()
+    x_sim = x.detach().to("sim").requires_grad_()
+    grad = torch.randn(1000).to(dtype)
+    y, y_sim = torch.nn.functional.silu(x), torch.nn.functional.silu(x_sim)
+    y.backward(grad)
+    y_sim.backward(grad.to("sim"))
+    assert torch.equal(y_sim.detach().cpu(), y.detach()) and torch.equal(x_sim.grad.cpu(), x.grad)
 
 
 def test_backward_twice_without_retain_graph_is_the_usual_error():

@@ -2,6 +2,7 @@
 from importlib.metadata import entry_points
 
 from tests.conftest import run_python
+from torch_sim import STEPS
 
 
 def test_entry_point_is_declared():
@@ -25,4 +26,11 @@ def test_autoload_can_be_turned_off():
 def test_importing_backend_first_is_harmless():
     result = run_python("import torch_sim, torch; torch_sim.bring_up(); print(torch_sim.installed_steps()[-1])")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "autoload"
+    assert result.stdout.strip() == STEPS[-1]
+
+
+def test_importing_any_step_module_first_works():
+    for step in ("torch_sim.amp", "torch_sim.operators", "torch_sim.serialization"):
+        result = run_python(f"import {step}, torch; print(torch.ones(1, device='sim').device)")
+        assert result.returncode == 0, f"import {step} first: {result.stderr[-2000:]}"
+        assert result.stdout.strip() == "sim:0"

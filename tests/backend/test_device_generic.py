@@ -1,58 +1,69 @@
-"""Device-generic tests: PyTorch's OpInfo database run on `sim` against the CPU.
+"""Device-generic tests: PyTorch's OpInfo database run on `sim` against the CPU, bit for bit.
 
-For every float32 OpInfo, each of its sample inputs (made on sim, the way PyTorch's
-own device-generic tests make them) runs once on sim and once on CPU copies of the
-same inputs (same storage, strides and offset). The outputs must agree, must be on
-the sim device the inputs were on, and the inputs must agree afterwards too (in
-case the op wrote into them). The tolerance is the one PyTorch's test_ops
-`test_compare_cpu` uses for an accelerator against the CPU (atol = rtol = 1e-3,
-NaN equal to NaN, exact dtypes). sim runs the host kernels themselves, so nearly
-every op agrees bit for bit; the few that do not (addr, group_norm,
-scaled_dot_product_attention, silu) differ by an ulp or two because sim takes
-PyTorch's composite decomposition, or its own autograd kernel, where the CPU has a
-fused kernel. Both runs start from the same seed: sim's device generator draws the
-same stream as the CPU generator, so random ops are compared by value too.
+sim runs the host's kernels on device memory, so wherever the CPU is deterministic
+sim's results must be bit-identical to the CPU's. Three tests per OpInfo:
+
+- forward: every sample input (made on sim, the way PyTorch's own device-generic
+  tests make them) runs once on sim and once on CPU copies of the same inputs (same
+  storage, strides and offset), for each of float32, float64, bfloat16, float16,
+  int64, bool and complex64 the OpInfo supports. Outputs, and the inputs afterwards
+  (in case the op wrote into them), must be equal with zero tolerance (NaN equal to
+  NaN, same dtypes), and on the sim device the inputs were on;
+- backward (float64, OpInfos that support autograd): the gradients of every sample
+  with respect to every input that requires grad, for the same random output
+  gradients, must be equal with zero tolerance;
+- error_inputs: every bad-input case the OpInfo lists must raise on sim the error
+  type and message the OpInfo expects, as the CPU does.
+
+Both runs of a sample start from the same seed: sim's device generator draws the same
+stream as the CPU generator, so random ops are compared by value too.
 
 Which OpInfos run:
 - by default, the fixed subset `DEFAULT_SUBSET` below (about 130 common ops:
   element-wise, reductions, linear algebra basics, nn.functional, indexing, views,
   random);
-- every float32 OpInfo when SIM_FULL_OPINFO=1 (`make test-full`), and in the report
+- every OpInfo when SIM_FULL_OPINFO=1 (`make test-full`), and in the report
   (`python -m tests.backend.device_generic_report`).
 The selection is the op list given to `@ops`, so the default run has no skips for
 the ops it leaves out. SIM_OPINFO_DEVICE=sim:1 makes the samples on sim:1 while
 sim:0 stays the current device.
 
-The backend's gap, every skip and expected failure with its reason, is in ONE place:
-tests/backend/device_generic_gaps.py. The decorators that PyTorch's OpInfo entries
-carry for its own test classes (CUDA tolerances, skips of tests in test_ops.py) do
-not apply here: each OpInfo runs with its decorators stripped, so nothing outside
-that file skips or expects a failure.
+Every exception, a skip, an expected failure or a comparison at a tolerance, is in
+ONE place with its reason: tests/backend/device_generic_gaps.py. The decorators that
+PyTorch's OpInfo entries carry for its own test classes (CUDA tolerances, skips of
+tests in test_ops.py) do not apply here: each OpInfo runs with its decorators
+stripped.
 """
 from __future__ import annotations
 
 import copy
 import os
+import re
 import unittest
 
 import torch
-from torch.testing._internal.common_device_type import instantiate_device_type_tests, ops
+from torch.testing._internal.common_device_type import OpDTypes, instantiate_device_type_tests, ops
 from torch.testing._internal.common_methods_invocations import op_db
 from torch.testing._internal.common_utils import TestCase, suppress_warnings
 from torch.testing._internal.opinfo.core import DecorateInfo
 from torch.utils import _pytree as pytree
 
-from tests.backend.device_generic_gaps import GAPS, SHAPES_ONLY, is_skip
+from tests.backend.device_generic_gaps import EXCEPTIONS, GAPS, SHAPES_ONLY, TESTS, exception_kind
 
 FULL_SWEEP = os.environ.get("SIM_FULL_OPINFO") == "1"
 # The samples go to the current sim device unless SIM_OPINFO_DEVICE names another
 # (e.g. sim:1, to run everything away from the current device).
 DEVICE = os.environ.get("SIM_OPINFO_DEVICE") or None
 SEED = 1234
-ATOL = RTOL = 1e-3  # test_ops.py test_compare_cpu
+# For the few comparisons EXCEPTIONS allows a tolerance: test_ops.py test_compare_cpu's.
+TOLERANCE = 1e-3
+FORWARD_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.bool,
+                  torch.complex64)
+BACKWARD_DTYPE = torch.float64
+TEST_CLASS = "TestSimOpInfo"
 
-# The default subset: OpInfo full names, grouped by kind. Every name must exist in
-# op_db and support float32 (a test below checks it).
+# The default subset: OpInfo full names, grouped by kind. Every name must exist in op_db
+# (a test below checks it).
 DEFAULT_SUBSET: tuple[str, ...] = (
     # element-wise, unary
     "abs", "neg", "exp", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "erf",
@@ -66,12 +77,13 @@ DEFAULT_SUBSET: tuple[str, ...] = (
     "logsumexp", "cumsum", "sort", "topk", "median", "all", "any", "count_nonzero",
     # linear algebra
     "mm", "bmm", "matmul", "addmm", "addmv", "baddbmm", "einsum", "linalg.vector_norm", "linalg.inv",
-    "linalg.solve", "linalg.qr", "linalg.cholesky", "tensordot", "outer",
+    "linalg.solve", "linalg.qr", "linalg.cholesky", "linalg.lstsq", "tensordot", "outer", "addr",
     # nn.functional
     "nn.functional.linear", "nn.functional.conv2d", "nn.functional.conv1d", "nn.functional.relu",
-    "nn.functional.gelu", "nn.functional.silu", "softmax", "log_softmax",
+    "nn.functional.gelu", "nn.functional.silu", "nn.functional.mish", "softmax", "log_softmax",
     "nn.functional.layer_norm", "nn.functional.batch_norm", "nn.functional.group_norm",
     "nn.functional.embedding", "nn.functional.dropout", "nn.functional.cross_entropy",
+    "nn.functional.linear_cross_entropy.chunked",
     "nn.functional.nll_loss", "nn.functional.mse_loss", "nn.functional.max_pool2d",
     "nn.functional.avg_pool2d", "nn.functional.adaptive_avg_pool2d", "nn.functional.interpolate.bilinear",
     "nn.functional.pad.constant", "nn.functional.scaled_dot_product_attention",
@@ -87,47 +99,60 @@ DEFAULT_SUBSET: tuple[str, ...] = (
 )
 
 
-def _is_float32_op(op) -> bool:
-    return torch.float32 in op.supported_dtypes("cpu")
+def _supports_any(op, dtypes) -> bool:
+    return bool(set(dtypes) & set(op.supported_dtypes("cpu")))
 
 
-def _with_gap(op):
-    """A copy of `op` with PyTorch's own decorators stripped and our gap (if any) applied."""
+def _decorated(op):
+    """A copy of `op` with PyTorch's own decorators stripped and our exceptions (if any) applied."""
     op = copy.copy(op)
-    op.decorators = ()
     op.skips = ()
-    reason = GAPS.get(op.full_name)
-    if reason is not None:
-        if is_skip(reason):
-            decorator = unittest.skip(reason)
-        else:
-            decorator = unittest.expectedFailure
-        op.decorators = (DecorateInfo(decorator, "TestSimOpInfo", "test_matches_cpu"),)
+    decorators = []
+    for test in TESTS:
+        reason = GAPS.get(op.full_name)
+        entries = [(None, reason)] if reason else []
+        entries += [(dtype, reason) for (name, where, dtype), reason in EXCEPTIONS.items()
+                    if name == op.full_name and where == test]
+        for dtype, reason in entries:
+            kind = exception_kind(reason)
+            if kind == "tolerance":
+                continue  # handled inside the test
+            decorator = unittest.skip(reason) if kind == "skip" else unittest.expectedFailure
+            dtypes = None if dtype is None else (getattr(torch, dtype),)
+            decorators.append(DecorateInfo(decorator, TEST_CLASS, f"test_{test}", dtypes=dtypes))
+    op.decorators = tuple(decorators)
     return op
 
 
-def selected_ops(full: bool = FULL_SWEEP) -> list:
-    chosen = [op for op in op_db if _is_float32_op(op)]
+def selected_ops(test: str, full: bool = FULL_SWEEP) -> list:
+    """The OpInfos `test` ("forward", "backward" or "error_inputs") runs, decorated with their exceptions."""
+    if test == "forward":
+        chosen = [op for op in op_db if _supports_any(op, FORWARD_DTYPES)]
+    elif test == "backward":
+        chosen = [op for op in op_db if op.supports_autograd and _supports_any(op, (BACKWARD_DTYPE,))]
+    else:
+        chosen = [op for op in op_db if op.error_inputs_func is not None]
     if not full:
         wanted = set(DEFAULT_SUBSET)
         chosen = [op for op in chosen if op.full_name in wanted]
-    return [_with_gap(op) for op in chosen]
+    return [_decorated(op) for op in chosen]
 
 
 def _to_cpu(value):
-    """A CPU copy of a sim tensor with the same storage, sizes, strides and storage offset.
+    """A CPU copy of a sim tensor with the same storage, sizes, strides, storage offset and requires_grad.
 
     Copying the whole storage (not just the elements in view) keeps what a view can
     reach: `as_strided` on a partial view reads elements outside it.
     """
     if not isinstance(value, torch.Tensor) or value.device.type != "sim":
         return value
+    requires_grad = value.requires_grad
     value = value.detach()
     if value.layout != torch.strided:
-        return value.to("cpu")
+        return value.to("cpu").requires_grad_(requires_grad)
     elements = value.untyped_storage().nbytes() // value.element_size()
     whole = value.as_strided((elements,), (1,), 0).to("cpu")
-    return whole.as_strided(value.shape, value.stride(), value.storage_offset())
+    return whole.as_strided(value.shape, value.stride(), value.storage_offset()).requires_grad_(requires_grad)
 
 
 def _device_to_cpu(value):
@@ -161,16 +186,18 @@ def _output_device(sample) -> torch.device | None:
     return next((v.device for v in leaves if isinstance(v, torch.Tensor) and v.device.type == "sim"), None)
 
 
-def _compare(actual, expected, what: str, values: bool = True, device: torch.device | None = None) -> None:
+def _compare(actual, expected, what: str, mode: str = "exact", device: torch.device | None = None) -> None:
     """`actual` from the sim run against `expected` from the CPU run, leaf by leaf.
 
-    values: compare tensor values (else only shapes and dtypes); device: where every
-    tensor of `actual` must be (None: anywhere).
+    mode: "exact" (zero tolerance), "tolerance" (test_compare_cpu's) or "shapes"
+    (structure, shapes and dtypes only); device: where every tensor of `actual` must
+    be (None: anywhere).
     """
     actual_leaves, actual_spec = pytree.tree_flatten(actual)
     expected_leaves, expected_spec = pytree.tree_flatten(expected)
     if actual_spec != expected_spec:
         raise AssertionError(f"{what}: sim returned {actual_spec}, CPU {expected_spec}")
+    tolerance = TOLERANCE if mode == "tolerance" else 0.0
     for index, (a, e) in enumerate(zip(actual_leaves, expected_leaves)):
         where = f"{what}, value {index}"
         if not isinstance(e, torch.Tensor):
@@ -182,11 +209,12 @@ def _compare(actual, expected, what: str, values: bool = True, device: torch.dev
         if device is not None and a.device != device:
             raise AssertionError(f"{where}: the sim run gave a tensor on {a.device}, expected {device}")
         a = a.detach().to("cpu")
-        if values:
-            torch.testing.assert_close(a, e.detach(), atol=ATOL, rtol=RTOL, equal_nan=True,
-                                       msg=lambda m: f"{where}: {m}")
-        elif (a.shape, a.dtype) != (e.shape, e.dtype):
-            raise AssertionError(f"{where}: sim gave {tuple(a.shape)} {a.dtype}, CPU {tuple(e.shape)} {e.dtype}")
+        if mode == "shapes":
+            if (a.shape, a.dtype) != (e.shape, e.dtype):
+                raise AssertionError(f"{where}: sim gave {tuple(a.shape)} {a.dtype}, CPU {tuple(e.shape)} {e.dtype}")
+            continue
+        torch.testing.assert_close(a, e.detach(), atol=tolerance, rtol=tolerance, equal_nan=True,
+                                   msg=lambda m: f"{where} ({'bit for bit' if mode == 'exact' else mode}): {m}")
 
 
 def _tensors_of(sample) -> list[torch.Tensor]:
@@ -200,20 +228,95 @@ def _run(op, sample):
     return sample.output_process_fn_grad(result)
 
 
-def compare_op_with_cpu(test: unittest.TestCase, device: str, dtype: torch.dtype, op) -> int:
+def _mode(op, test: str, dtype: torch.dtype | None) -> str:
+    """How strictly `test` compares `op`: "shapes", "tolerance" (an exception says why) or "exact"."""
+    if op.full_name in SHAPES_ONLY:
+        return "shapes"
+    dtype_name = None if dtype is None else str(dtype).removeprefix("torch.")
+    for key in ((op.full_name, test, None), (op.full_name, test, dtype_name)):
+        if exception_kind(EXCEPTIONS.get(key, "")) == "tolerance":
+            return "tolerance"
+    return "exact"
+
+
+def compare_forward(test: unittest.TestCase, device: str, dtype: torch.dtype, op) -> int:
     """Runs every sample input of `op` on `device` and on CPU copies; returns the number of samples."""
-    values = op.full_name not in SHAPES_ONLY
+    mode = _mode(op, "forward", dtype)
     count = 0
     for index, sample in enumerate(op.sample_inputs(device, dtype)):
         cpu_sample = cpu_copy(sample)
-        what = f"{op.full_name} sample {index} ({sample.name or 'unnamed'})"
+        what = f"{op.full_name} {dtype} sample {index} ({sample.name or 'unnamed'})"
         sim_result = _run(op, sample)
         cpu_result = _run(op, cpu_sample)
-        _compare(sim_result, cpu_result, f"{what} output", values, device=_output_device(sample))
-        # The inputs afterwards, in case the op wrote into them.
-        _compare(_tensors_of(sample), _tensors_of(cpu_sample), f"{what} inputs", values)
+        _compare(sim_result, cpu_result, f"{what} output", mode, device=_output_device(sample))
+        _compare(_tensors_of(sample), _tensors_of(cpu_sample), f"{what} inputs", mode)
         count += 1
-    test.assertGreater(count, 0, f"{op.full_name} has no float32 sample inputs")
+    test.assertGreater(count, 0, f"{op.full_name} has no {dtype} sample inputs")
+    return count
+
+
+def _output_gradients(outputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Random gradients for `outputs`, drawn on the CPU from a fixed seed so both runs get the same ones."""
+    generator = torch.Generator().manual_seed(SEED + 1)
+    return [torch.randn(o.shape, dtype=o.dtype, generator=generator).to(o.device) for o in outputs]
+
+
+def _gradients(op, sample):
+    """The gradients of `sample`'s differentiable outputs with respect to its inputs that require grad."""
+    result = _run(op, sample)
+    outputs = [t for t in pytree.tree_leaves(result) if isinstance(t, torch.Tensor) and t.requires_grad]
+    inputs = [t for t in _tensors_of(sample) if t.requires_grad]
+    if not outputs or not inputs:
+        return None
+    torch.manual_seed(SEED)
+    return torch.autograd.grad(outputs, inputs, _output_gradients(outputs), allow_unused=True)
+
+
+def compare_backward(test: unittest.TestCase, device: str, dtype: torch.dtype, op) -> int:
+    """The gradients of every sample on `device` against those of CPU copies; returns how many samples had any."""
+    mode = _mode(op, "backward", dtype)
+    count = 0
+    for index, sample in enumerate(op.sample_inputs(device, dtype, requires_grad=True)):
+        cpu_sample = cpu_copy(sample)
+        what = f"{op.full_name} {dtype} sample {index} ({sample.name or 'unnamed'}) gradients"
+        sim_gradients = _gradients(op, sample)
+        cpu_gradients = _gradients(op, cpu_sample)
+        if sim_gradients is None and cpu_gradients is None:
+            continue
+        _compare(sim_gradients, cpu_gradients, what, mode, device=_output_device(sample))
+        count += 1
+    return count
+
+
+def _raised_by(op, sample) -> Exception | None:
+    try:
+        op(sample.input, *sample.args, **sample.kwargs)
+    except Exception as raised:  # noqa: BLE001 - the exception is the result being compared
+        return raised
+    return None
+
+
+def compare_error_inputs(test: unittest.TestCase, device: str, op) -> int:
+    """Every bad-input case of `op` that the CPU refuses, sim refuses with the error the OpInfo expects.
+
+    A few OpInfos list error inputs that no device refuses (PyTorch marks them expectedFailure on
+    every device); for those, sim must accept them just as the CPU does. Inputs that only exist off
+    the CPU (a tensor on each device) must always be refused. Returns how many ran.
+    """
+    count = 0
+    cpu_errors = list(op.error_inputs("cpu"))
+    for index, error in enumerate(op.error_inputs(device)):
+        what = f"{op.full_name} error input {index}"
+        raised = _raised_by(op, error.sample_input)
+        expected = error.error_type.__name__ + f" matching {error.error_regex!r}"
+        cpu_accepts = index < len(cpu_errors) and _raised_by(op, cpu_errors[index].sample_input) is None
+        if cpu_accepts:
+            test.assertIsNone(raised, f"{what}: the CPU accepts this input but sim raised {raised!r}")
+        elif raised is None:
+            raise AssertionError(f"{what}: sim raised nothing; expected {expected}")
+        elif not isinstance(raised, error.error_type) or not re.search(error.error_regex, str(raised)):
+            raise AssertionError(f"{what}: sim raised {type(raised).__name__}: {raised}; expected {expected}")
+        count += 1
     return count
 
 
@@ -224,22 +327,36 @@ class TestSimOpInfo(TestCase):
         torch.sim.set_fallback_policy("silent")
 
     @suppress_warnings
-    @ops(selected_ops(), allowed_dtypes=(torch.float32,))
-    def test_matches_cpu(self, device, dtype, op):
-        compare_op_with_cpu(self, DEVICE or device, dtype, op)
+    @ops(selected_ops("forward"), allowed_dtypes=FORWARD_DTYPES)
+    def test_forward(self, device, dtype, op):
+        compare_forward(self, DEVICE or device, dtype, op)
+
+    @suppress_warnings
+    @ops(selected_ops("backward"), allowed_dtypes=(BACKWARD_DTYPE,))
+    def test_backward(self, device, dtype, op):
+        compare_backward(self, DEVICE or device, dtype, op)
+
+    @suppress_warnings
+    @ops(selected_ops("error_inputs"), dtypes=OpDTypes.none)
+    def test_error_inputs(self, device, op):
+        compare_error_inputs(self, DEVICE or device, op)
 
 
 instantiate_device_type_tests(TestSimOpInfo, globals(), only_for="sim")
 
 
-def test_default_subset_names_are_float32_opinfos():
-    known = {op.full_name for op in op_db if _is_float32_op(op)}
+def test_default_subset_names_are_opinfos():
+    known = {op.full_name for op in op_db}
     assert [name for name in DEFAULT_SUBSET if name not in known] == []
     assert len(set(DEFAULT_SUBSET)) == len(DEFAULT_SUBSET)
 
 
-def test_every_gap_names_a_float32_opinfo():
-    known = {op.full_name for op in op_db if _is_float32_op(op)}
-    assert sorted(set(GAPS) - known) == [] and sorted(set(SHAPES_ONLY) - known) == []
+def test_every_exception_names_an_opinfo_a_test_and_a_dtype_with_a_reason():
+    known = {op.full_name for op in op_db}
+    names = [*GAPS, *SHAPES_ONLY, *(name for name, _, _ in EXCEPTIONS)]
+    assert sorted(set(names) - known) == []
     assert set(GAPS).isdisjoint(SHAPES_ONLY)
-    assert all(reason.strip() and "\n" not in reason for reason in (*GAPS.values(), *SHAPES_ONLY.values()))
+    assert all(test in TESTS for _, test, _ in EXCEPTIONS)
+    assert all(dtype is None or isinstance(getattr(torch, dtype, None), torch.dtype) for _, _, dtype in EXCEPTIONS)
+    reasons = [*GAPS.values(), *SHAPES_ONLY.values(), *EXCEPTIONS.values()]
+    assert all(reason.strip() and "\n" not in reason for reason in reasons)

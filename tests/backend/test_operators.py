@@ -120,3 +120,45 @@ def test_mode_with_out_arguments():
     torch.mode(x.to("sim"), 1, out=(values, indices))
     expected = torch.mode(x, 1)
     assert torch.equal(values.cpu(), expected.values) and torch.equal(indices.cpu(), expected.indices)
+
+
+def test_every_operator_with_its_own_cpu_kernel_reaches_it_on_sim():
+    from torch_sim.operators import host_kernels_over_composites
+
+    # After bring-up nothing is left: each such operator has a sim kernel, so sim takes the CPU's path.
+    assert host_kernels_over_composites() == []
+    for name in ("addr", "native_group_norm", "mish_backward", "native_channel_shuffle"):
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "PrivateUse1"), name
+
+
+@pytest.mark.parametrize("case", ["addr", "group_norm", "mish", "channel_shuffle"])
+def test_operators_with_a_cpu_kernel_of_their_own_are_bit_identical(case):
+    functional = torch.nn.functional
+    torch.manual_seed(0)
+    functions = {
+        "addr": (lambda m, a, b: torch.addr(m, a, b, beta=0.5, alpha=2.0),
+                 (torch.randn(5, 7), torch.randn(5), torch.randn(7))),
+        "group_norm": (lambda x, w, b: functional.group_norm(x, 3, w, b),
+                       (torch.randn(4, 6, 5, 5), torch.randn(6), torch.randn(6))),
+        "mish": (functional.mish, (torch.randn(1000),)),
+        "channel_shuffle": (lambda x: functional.channel_shuffle(x, 2), (torch.randn(2, 4, 3, 3),)),
+    }
+    function, inputs = functions[case]
+    cpu_inputs = [t.clone().requires_grad_() for t in inputs]
+    sim_inputs = [t.to("sim").requires_grad_() for t in inputs]
+    cpu_out, sim_out = function(*cpu_inputs), function(*sim_inputs)
+    assert torch.equal(sim_out.detach().cpu(), cpu_out.detach())
+    grad = torch.randn_like(cpu_out)
+    cpu_out.backward(grad)
+    sim_out.backward(grad.to("sim"))
+    for cpu_input, sim_input in zip(cpu_inputs, sim_inputs):
+        assert torch.equal(sim_input.grad.cpu(), cpu_input.grad)
+
+
+def test_cat_refuses_an_out_that_is_one_of_its_inputs_as_the_cpu_does():
+    for device in ("cpu", "sim"):
+        empty, full = torch.zeros(0, device=device), torch.randn(4, 6, device=device)
+        with pytest.raises(RuntimeError, match="refer to a single memory location"):
+            torch.cat((empty, full), dim=0, out=empty)
+        with pytest.raises(RuntimeError, match="refer to a single memory location"):
+            torch.cat((full, empty), dim=0, out=full)

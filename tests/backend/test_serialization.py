@@ -64,3 +64,31 @@ def test_storages_move_between_host_and_device():
     back = host_storage.sim(1)
     assert back.is_sim and back.device == torch.device("sim:1")
     assert bytes(back.cpu()) == bytes(host_storage)
+
+
+def test_backend_metadata_is_kept_read_back_and_saved():
+    x = torch.randn(4, device="sim:1")
+    torch._utils.set_tensor_metadata(x, {"compressed": True, "tiled": False})
+    assert torch._utils.get_tensor_metadata(x) == {"compressed": True, "tiled": False}
+    loaded = save_and_load(x)
+    assert loaded.device == torch.device("sim:1")
+    assert torch._utils.get_tensor_metadata(loaded) == {"compressed": True, "tiled": False}
+    assert torch.equal(loaded.cpu(), x.cpu())
+
+
+def test_backend_metadata_is_per_tensor():
+    x = torch.randn(4, device="sim")
+    torch._utils.set_tensor_metadata(x, {"compressed": True})
+    copy_ = x.detach()
+    torch._utils.set_tensor_metadata(copy_, {"compressed": False})
+    assert torch._utils.get_tensor_metadata(x) == {"compressed": True}
+    assert torch._utils.get_tensor_metadata(copy_) == {"compressed": False}
+    assert torch._utils.get_tensor_metadata(torch.randn(4, device="sim")) == {}
+
+
+def test_backend_metadata_goes_with_the_conjugate_bit():
+    z = torch.randn(3, dtype=torch.complex64, device="sim").conj()
+    torch._utils.set_tensor_metadata(z, {"tiled": True})
+    loaded = save_and_load(z)
+    assert loaded.is_conj() and torch._utils.get_tensor_metadata(loaded) == {"conj": True, "tiled": True}
+    assert torch.equal(loaded.resolve_conj().cpu(), z.resolve_conj().cpu())

@@ -1,0 +1,45 @@
+"""What torch.profiler saw of a PrivateUse1 device: host operators and the device kernels they launched.
+
+`timeline(prof)` turns a finished `torch.profiler.profile` into plain rows, one per host
+operator and one per device kernel, each kernel naming the operator that launched it, so
+a figure, a test or a script can show where device time went for any PrivateUse1 backend.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch.autograd import DeviceType
+
+
+@dataclass(frozen=True)
+class TimelineSpan:
+    track: str            # "host" or "<backend> <device index>"
+    name: str             # "aten::mm" on the host, the kernel's name on the device
+    start_us: float       # from the start of the profile
+    end_us: float
+    launched_by: str      # for a kernel, the host operator that launched it; "" on the host
+    depth: int = 0        # nesting of host operators (0: called from Python)
+
+
+def timeline(prof, backend: str | None = None, top_level_only: bool = False) -> list[TimelineSpan]:
+    """Host operators and PrivateUse1 kernels of a finished profile, in start order."""
+    import torch
+
+    backend = backend or torch._C._get_privateuse1_backend_name()
+    spans: list[TimelineSpan] = []
+    events = list(prof.events())
+    operators = {event.id: event.name for event in events if event.device_type == DeviceType.CPU}
+    for event in events:
+        if event.device_type == DeviceType.PrivateUse1:
+            parent = operators.get(getattr(event, "linked_correlation_id", 0), "")
+            spans.append(TimelineSpan(f"{backend} {event.device_index}", event.name, event.time_range.start,
+                                      event.time_range.end, parent))
+        elif event.device_type == DeviceType.CPU:
+            depth = 0
+            parent = event.cpu_parent
+            while parent is not None:
+                depth, parent = depth + 1, parent.cpu_parent
+            if top_level_only and depth > 0:
+                continue
+            spans.append(TimelineSpan("host", event.name, event.time_range.start, event.time_range.end, "", depth))
+    return sorted(spans, key=lambda span: (span.start_us, span.track))

@@ -1,0 +1,156 @@
+"""Step 12, profiler: sim's kernels in torch.profiler's tables and Chrome traces, with real times."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+
+from pu1_explorer import timeline
+
+SIM_ACTIVITIES = [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
+
+
+def matmul_and_relu(device: str = "sim") -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    return torch.randn(128, 128, generator=generator).to(device), torch.randn(128, generator=generator).to(device)
+
+
+def sim_kernels(prof) -> list:
+    return [event for event in prof.events() if event.device_type == DeviceType.PrivateUse1]
+
+
+def test_every_operator_that_computes_on_sim_has_one_kernel_linked_to_it():
+    a, bias = matmul_and_relu()
+    with profile(activities=SIM_ACTIVITIES) as prof:
+        torch.relu(a @ a + bias)
+    assert sorted(kernel.name for kernel in sim_kernels(prof)) == ["sim::add.Tensor", "sim::mm", "sim::relu"]
+    mm = next(event for event in prof.events() if event.name == "aten::mm")
+    assert [kernel.name for kernel in mm.kernels] == ["sim::mm"]
+    assert mm.kernels[0].device == 0
+
+
+def test_key_averages_show_non_negative_sim_time_within_the_operators_host_time():
+    a, _ = matmul_and_relu()
+    with profile(activities=SIM_ACTIVITIES) as prof:
+        for _ in range(5):
+            a @ a
+    rows = {row.key: row for row in prof.key_averages()}
+    mm = rows["aten::mm"]
+    assert mm.count == 5
+    assert 0 < mm.device_time_total <= mm.cpu_time_total
+    assert all(row.device_time_total >= 0 and row.cpu_time_total >= 0 for row in rows.values())
+    assert "Self SIM" in prof.key_averages().table(sort_by="device_time_total", row_limit=5)
+
+
+def test_kernel_times_lie_inside_the_operator_that_launched_them():
+    a, _ = matmul_and_relu()
+    with profile(activities=SIM_ACTIVITIES) as prof:
+        a @ a
+    mm = next(event for event in prof.events() if event.name == "aten::mm")
+    kernel = next(event for event in sim_kernels(prof) if event.name == "sim::mm")
+    assert mm.time_range.start <= kernel.time_range.start <= kernel.time_range.end <= mm.time_range.end
+
+
+def test_chrome_trace_shows_sim_work_on_a_track_of_its_own(tmp_path):
+    a, _ = matmul_and_relu()
+    with profile(activities=SIM_ACTIVITIES) as prof:
+        a @ a
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    events = json.loads(path.read_text())["traceEvents"]
+    kernel = next(event for event in events if event.get("name") == "sim::mm")
+    operator = next(event for event in events if event.get("name") == "aten::mm")
+    assert kernel["cat"] == "kernel" and kernel["dur"] >= 0
+    assert kernel["pid"] != operator["pid"]
+    names = {event["pid"]: event["args"]["name"] for event in events
+             if event.get("ph") == "M" and event.get("name") == "process_name"}
+    assert names[kernel["pid"]] == "sim 0"
+    threads = {(event["pid"], event["tid"]): event["args"]["name"] for event in events
+               if event.get("ph") == "M" and event.get("name") == "thread_name"}
+    assert threads[(kernel["pid"], kernel["tid"])] == "sim 0 stream 0"
+    assert kernel["args"]["External id"] == operator["args"]["External id"]
+    assert operator["ts"] <= kernel["ts"] and kernel["ts"] + kernel["dur"] <= operator["ts"] + operator["dur"]
+
+
+def test_kernels_on_another_device_and_stream_get_their_own_trace_rows(tmp_path):
+    a = torch.randn(64, 64, device="sim:1")
+    side = torch.sim.Stream(device="sim:1")
+    with profile(activities=SIM_ACTIVITIES) as prof:
+        with torch.sim.stream(side):
+            a @ a
+    kernel = next(event for event in sim_kernels(prof) if event.name == "sim::mm")
+    assert kernel.device_index == 1
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    events = json.loads(path.read_text())["traceEvents"]
+    traced = next(event for event in events if event.get("name") == "sim::mm")
+    assert (traced["pid"], traced["tid"]) == (1, side.stream_id)
+    threads = {(event["pid"], event["tid"]): event["args"]["name"] for event in events
+               if event.get("ph") == "M" and event.get("name") == "thread_name"}
+    assert threads[(1, side.stream_id)] == f"sim 1 stream {side.stream_id}"
+
+
+def test_only_the_profiled_region_is_recorded():
+    a, _ = matmul_and_relu()
+    with profile(activities=[ProfilerActivity.CPU]) as host_only:
+        a @ a
+    assert sim_kernels(host_only) == []
+    a @ a  # between two profiles: recorded by neither
+    with profile(activities=SIM_ACTIVITIES) as prof:
+        torch.relu(a)
+    assert [kernel.name for kernel in sim_kernels(prof)] == ["sim::relu"]
+
+
+def test_the_legacy_profiler_reports_sim_time_through_the_stubs():
+    a, _ = matmul_and_relu()
+    with torch.autograd.profiler.profile(use_device="sim", use_kineto=False) as prof:
+        a @ a
+    mm = next(row for row in prof.key_averages() if row.key == "aten::mm")
+    assert mm.device_time_total > 0
+
+
+def test_profiling_sim_prints_no_warnings_or_internal_asserts():
+    program = textwrap.dedent("""
+        import warnings
+        warnings.simplefilter("error")
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+        a = torch.randn(32, 32, device="sim")
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+            for _ in range(3):
+                torch.relu(a @ a)
+        prof.key_averages().table()
+        with torch.autograd.profiler.profile(use_device="sim", use_kineto=False):
+            a @ a
+        print("ok")
+        """)
+    completed = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert completed.stdout.strip() == "ok"
+    problems = [line for line in completed.stderr.splitlines()
+                if "Warning" in line or "INTERNAL ASSERT" in line or "not enabled" in line]
+    assert problems == []
+
+
+def test_backward_kernels_are_linked_to_the_operators_autograd_runs():
+    weight = torch.randn(16, 16, device="sim", requires_grad=True)
+    with profile(activities=SIM_ACTIVITIES) as prof:
+        (weight @ weight).sum().backward()
+    assert all(kernel.linked_correlation_id > 0 for kernel in sim_kernels(prof))
+    spans = [span for span in timeline(prof) if span.name == "sim::mm"]
+    assert [span.launched_by for span in spans] == ["aten::mm"] * 3  # one forward, two for the gradient
+    assert all(span.end_us >= span.start_us for span in spans)
+
+
+def test_device_activity_alone_records_the_kernels_without_host_operators():
+    a, _ = matmul_and_relu()
+    with profile(activities=[ProfilerActivity.PrivateUse1]) as prof:
+        a @ a
+    assert [kernel.name for kernel in sim_kernels(prof)] == ["sim::mm"]
+    assert [event for event in prof.events() if event.device_type == DeviceType.CPU and event.name == "aten::mm"] == []

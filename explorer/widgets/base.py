@@ -14,7 +14,7 @@ import os
 import ipywidgets
 import plotly.graph_objects as go
 import plotly.io as pio
-from plotly.io._base_renderers import NotebookRenderer
+from plotly.io._base_renderers import MimetypeRenderer
 from IPython.display import display
 
 
@@ -24,6 +24,15 @@ def static_mode() -> bool:
 
 
 STATIC_RENDERER = "explorer_static"
+FIGURE_CONFIG = {"displaylogo": False, "responsive": True}
+
+
+class _StaticFigureRenderer(MimetypeRenderer):
+    """HTML that draws with the page's own plotly.js, and no MathJax from a CDN (plotly's notebook renderer adds it)."""
+
+    def to_mimebundle(self, fig_dict: dict) -> dict:
+        return {"text/html": pio.to_html(fig_dict, include_plotlyjs=False, include_mathjax=False, full_html=False,
+                                         config=FIGURE_CONFIG)}
 
 
 def setup_notebook() -> None:
@@ -34,9 +43,7 @@ def setup_notebook() -> None:
     """
     if static_mode():
         if STATIC_RENDERER not in pio.renderers:
-            renderer = NotebookRenderer()
-            renderer.global_init = False  # the site loads plotly.js itself, once for every page
-            pio.renderers[STATIC_RENDERER] = renderer
+            pio.renderers[STATIC_RENDERER] = _StaticFigureRenderer()
         pio.renderers.default = STATIC_RENDERER
     else:
         pio.renderers.default = "plotly_mimetype"
@@ -44,8 +51,7 @@ def setup_notebook() -> None:
 
 def figure_html(figure: go.Figure) -> str:
     """A figure as an HTML fragment that draws itself with the plotly.js the page already has."""
-    return pio.to_html(figure, include_plotlyjs=False, full_html=False,
-                       config={"displaylogo": False, "responsive": True})
+    return pio.to_html(figure, include_plotlyjs=False, full_html=False, config=FIGURE_CONFIG)
 
 
 def escape(text: object) -> str:

@@ -241,10 +241,11 @@ def profile_timeline_figure(spans: Sequence[TimelineSpan], title: str = "What th
             base=[span.start_us for span in chosen], x=[max(span.end_us - span.start_us, 0.5) for span in chosen],
             y=[span.track if is_device else f"host, depth {span.depth}" for span in chosen], orientation="h",
             marker_color=colour, name=legend, text=[span.name for span in chosen], textposition="inside",
-            insidetextanchor="middle",
+            insidetextanchor="middle", textangle=0,
             customdata=[[span.end_us - span.start_us, span.launched_by or "-"] for span in chosen],
             hovertemplate="%{text}<br>%{customdata[0]:.1f} µs<br>launched by %{customdata[1]}<extra></extra>"))
     figure.update_layout(title=title, barmode="overlay", xaxis_title="µs from the start of the profile",
                          yaxis={"categoryorder": "array", "categoryarray": rows[::-1]},
-                         height=160 + 48 * len(rows), legend={"orientation": "h", "y": -0.35})
+                         height=160 + 48 * len(rows), legend={"orientation": "h", "y": -0.35},
+                         uniformtext={"minsize": 9, "mode": "hide"})
     return figure

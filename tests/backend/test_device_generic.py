@@ -107,10 +107,10 @@ def _decorated(op):
     """A copy of `op` with PyTorch's own decorators stripped and our exceptions (if any) applied."""
     op = copy.copy(op)
     op.skips = ()
+    gap = GAPS.get(op.full_name)
     decorators = []
     for test in TESTS:
-        reason = GAPS.get(op.full_name)
-        entries = [(None, reason)] if reason else []
+        entries = [(None, gap)] if gap else []
         entries += [(dtype, reason) for (name, where, dtype), reason in EXCEPTIONS.items()
                     if name == op.full_name and where == test]
         for dtype, reason in entries:

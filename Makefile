@@ -56,6 +56,7 @@ benchmark: setup
 	$(PYTHON) benchmarks/widget_speed.py
 	$(PYTHON) benchmarks/import_speed.py
 	$(PYTHON) benchmarks/profiler_overhead.py
+	$(PYTHON) benchmarks/compile_speed.py
 
 clean:
 	rm -rf $(VENV) build site docs/notebooks *.egg-info backend/_C.*.so explorer/_native.*.so

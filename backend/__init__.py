@@ -22,6 +22,8 @@ STEPS: tuple[str, ...] = (
     "serialization",
     "autoload",
     "profiler",
+    "compile",
+    "distributed",
 )
 
 _installed: list[str] = []

@@ -85,6 +85,25 @@ CHECKS: dict[str, str] = {
         mm = next(row for row in prof.key_averages() if row.key == "aten::mm")
         print("sim kernels:", kernels, f"| aten::mm: {mm.device_time_total:.0f} us on sim")
     """,
+    "compile": """
+        from torch._inductor import metrics
+
+        def scale_and_relu(x):
+            return (x * 2).relu() + 1
+
+        x = torch.randn(64, device="sim")
+        result = torch.compile(scale_and_relu)(x)
+        same = torch.equal(result.cpu(), scale_and_relu(x).cpu())
+        print("compiled on", result.device, "| kernels inductor wrote:", metrics.generated_kernel_count, "| equal to eager:", same)
+    """,
+    "distributed": """
+        import torch.distributed as dist
+        dist.init_process_group(store=dist.HashStore(), rank=0, world_size=1)  # no backend argument
+        tensor = torch.arange(3.0, device="sim")
+        dist.all_reduce(tensor)
+        print("backend for sim:", dist.get_default_backend_for_device("sim"), "| all_reduce gave", tensor)
+        dist.destroy_process_group()
+    """,
 }
 
 

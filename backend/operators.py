@@ -140,8 +140,9 @@ def fused_attention(query, key, value, attn_bias=None, dropout_p=0.0, is_causal=
     """PrivateUse1's attention hook, computed by the host's flash kernel on device memory (bit-identical to CPU)."""
     output, logsumexp = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
         query, key, value, dropout_p, is_causal, attn_mask=attn_bias, scale=scale)
-    nothing = query.new_empty(0)
-    return output, logsumexp, nothing, nothing, query.size(-2), key.size(-2), nothing, nothing, nothing
+    nothing, no_seed = query.new_empty(0), query.new_empty((), dtype=torch.long)
+    return (in_dimension_order_of(query, output), logsumexp.contiguous(), nothing, nothing, query.size(-2), key.size(-2),
+            no_seed, no_seed, nothing)
 
 
 def fused_attention_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q,
@@ -152,7 +153,26 @@ def fused_attention_backward(grad_out, query, key, value, attn_bias, grad_input_
     mask = attn_bias if attn_bias is not None and attn_bias.numel() else None
     grad_query, grad_key, grad_value = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
         grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, attn_mask=mask, scale=scale)
-    return grad_query, grad_key, grad_value, query.new_empty(0)
+    return (in_dimension_order_of(query, grad_query), in_dimension_order_of(key, grad_key),
+            in_dimension_order_of(value, grad_value), query.new_empty(0))
+
+
+def in_dimension_order_of(reference: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
+    """`result`, laid out in `reference`'s order of dimensions, as PyTorch's fake kernels of the attention say.
+
+    torch.compile plans buffers from the fake kernels and checks the real strides against them;
+    the host's flash kernel lays its outputs out its own way, so a result in another order is copied
+    (the log-sum-exp, which the fake kernel makes contiguous, too).
+    """
+    order = sorted(range(reference.dim()), key=lambda dim: reference.stride(dim), reverse=True)
+    strides = [0] * result.dim()
+    step = 1
+    for dim in reversed(order):
+        strides[dim] = step
+        step *= result.size(dim)
+    if all(result.stride(dim) == strides[dim] for dim in range(result.dim()) if result.size(dim) > 1):
+        return result
+    return torch.empty_strided(result.shape, strides, dtype=result.dtype, device=result.device).copy_(result)
 
 
 def shallow_copy_compatible(tensor, other) -> bool:

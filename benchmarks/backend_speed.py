@@ -28,17 +28,19 @@ def multiplies(device: str, size: int, count: int) -> Callable[[], object]:
     return run
 
 
-def training_step(name: str, device: str) -> Callable[[], object]:
+def training_step(name: str, device: str, compiled: bool = False) -> Callable[[], object]:
+    """One SGD step of a reference workload; with `compiled`, the model runs through torch.compile."""
     workload = workloads.WORKLOADS[name]
     torch.manual_seed(0)
     model = workload.make_model().to(device)
+    forward = torch.compile(model) if compiled else model
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     inputs, targets = workload.make_batch(torch.Generator().manual_seed(0))
     inputs, targets = inputs.to(device), targets.to(device)
 
     def run() -> object:
         optimizer.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(inputs), targets)
+        loss = torch.nn.functional.cross_entropy(forward(inputs), targets)
         loss.backward()
         optimizer.step()
         return loss

@@ -34,6 +34,8 @@ TITLES = {
     "serialization": "Make tensors save and load",
     "autoload": "Load the backend with `import torch`",
     "profiler": "Report device time to the profiler",
+    "compile": "Compile for the device with torch.compile",
+    "distributed": "Run torch.distributed on the device",
 }
 
 VENDOR_CPP = {
@@ -132,6 +134,28 @@ torch::profiler::impl::PrivateUse1ProfilerRegistry::instance().registerFactory(
     [] { return std::make_unique<MyActivityProfiler>(); });
 // the legacy profiler (use_kineto=False) times operators with device events instead:
 torch::profiler::impl::registerPrivateUse1Methods(&my_profiler_stubs);""",
+    "compile": """# Python: inductor asks the device module for its code generators the first time it
+# compiles (all four, or it ignores them); a GPU-like device brings a Triton scheduling.
+torch.mydev.Scheduling = MyScheduling              # which kernels to write, in which language
+torch.mydev.PythonWrapperCodegen = MyWrapper       # allocates buffers and calls the kernels
+torch.mydev.CppWrapperCodegen = MyCppWrapper
+torch.mydev.WrapperFxCodegen = WrapperFxCodegen
+# how the generated wrapper sets the device and synchronizes:
+register_device_op_overrides("mydev", MyDeviceOpOverrides())
+# what dynamo asks the device (count, current device, synchronize):
+register_interface_for_device("mydev", MyDeviceInterface)""",
+    "distributed": """// a c10d backend: one collective library call per collective, for device tensors
+class ProcessGroupMyccl : public c10d::Backend {
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  // ... broadcast, allgather, _allgather_base, reduce_scatter, _reduce_scatter_base,
+  //     alltoall_base, send, recv, barrier: each returns a Work whose wait() and
+  //     getFuture() finish when the device is done
+};
+// DDP's per-iteration statistics need a timer for the device:
+c10d::TimerRegistry()->Register(c10::DeviceType::PrivateUse1, make_my_timer);
+# Python: the factory, registered for the device name
+torch.distributed.Backend.register_backend("myccl", create_myccl, devices=["mydev"])""",
 }
 
 

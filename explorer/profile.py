@@ -13,7 +13,7 @@ from torch.autograd import DeviceType
 
 @dataclass(frozen=True)
 class TimelineSpan:
-    track: str            # "host" or "<backend> <device index>"
+    track: str            # "host" (the profiling thread), "host thread <id>" or "<backend> <device index>"
     name: str             # "aten::mm" on the host, the kernel's name on the device
     start_us: float       # from the start of the profile
     end_us: float
@@ -22,13 +22,17 @@ class TimelineSpan:
 
 
 def timeline(prof, backend: str | None = None, top_level_only: bool = False) -> list[TimelineSpan]:
-    """Host operators and PrivateUse1 kernels of a finished profile, in start order."""
+    """Host operators (by thread) and PrivateUse1 kernels of a finished profile, in start order."""
     import torch
 
     backend = backend or torch._C._get_privateuse1_backend_name()
     spans: list[TimelineSpan] = []
     events = list(prof.events())
     operators = {event.id: event.name for event in events if event.device_type == DeviceType.CPU}
+    # "host" is the thread that ran the first operator (the one that profiles); others (autograd's
+    # device threads, a collective library's workers) get a track of their own.
+    host_events = [event for event in events if event.device_type == DeviceType.CPU]
+    main_thread = min(host_events, key=lambda event: event.time_range.start).thread if host_events else None
     for event in events:
         if event.device_type == DeviceType.PrivateUse1:
             parent = operators.get(getattr(event, "linked_correlation_id", 0), "")
@@ -41,5 +45,6 @@ def timeline(prof, backend: str | None = None, top_level_only: bool = False) -> 
                 depth, parent = depth + 1, parent.cpu_parent
             if top_level_only and depth > 0:
                 continue
-            spans.append(TimelineSpan("host", event.name, event.time_range.start, event.time_range.end, "", depth))
+            track = "host" if event.thread == main_thread else f"host thread {event.thread}"
+            spans.append(TimelineSpan(track, event.name, event.time_range.start, event.time_range.end, "", depth))
     return sorted(spans, key=lambda span: (span.start_us, span.track))

@@ -34,6 +34,8 @@ SCHEMA_VERSION = 1
 # a Python object, and `torch.Tensor._make_subclass` (nn.Parameter) refuses a tensor
 # made by `detach` that is tied to one.
 UNTRACED_OPERATORS = frozenset({"aten::detach"})
+# ATen's operators, and c10d's: torch.distributed sends each collective through the dispatcher too.
+TRACED_NAMESPACES = ("aten", "c10d")
 
 TRACE_KEYS: dict[str, tuple[str, ...]] = {
     "cpu": ("AutocastCPU", "AutogradCPU", "ADInplaceOrView", "BackendSelect", "CPU"),
@@ -161,8 +163,9 @@ def _native():
 @functools.lru_cache(maxsize=None)
 def _tensor_positions(operator: str) -> tuple[frozenset[int], frozenset[str]]:
     """Positions and names of the arguments that the schema types as Tensor."""
-    base, _, overload = operator[len("aten::"):].partition(".")
-    schema = getattr(getattr(torch.ops.aten, base), overload or "default")._schema
+    namespace, _, name = operator.partition("::")
+    base, _, overload = name.partition(".")
+    schema = getattr(getattr(getattr(torch.ops, namespace), base), overload or "default")._schema
     positions, names = set(), set()
     for index, argument in enumerate(schema.arguments):
         if str(argument.type) == "Tensor":
@@ -199,7 +202,7 @@ class Tracer:
         self._dumps: dict[str, str] = {}
         self._keyset_names: dict[int, tuple[str, ...]] = {}
         self._kinds: dict[tuple[str, str], str] = {}
-        self._library = None
+        self._libraries: dict[str, Any] = {}
         self._device_type = "privateuse1" if torch.device(device).type not in ("cpu", "meta") else "cpu"
         self._wrapped_number = _native().wrapped_number
 
@@ -208,7 +211,7 @@ class Tracer:
         keys = TRACE_KEYS[self._device_type]
         plan = []
         for operator in torch._C._dispatch_get_all_op_names():
-            if not operator.startswith("aten::") or operator in UNTRACED_OPERATORS:
+            if operator.split("::", 1)[0] not in TRACED_NAMESPACES or operator in UNTRACED_OPERATORS:
                 continue
             dump = torch._C._dispatch_dump_table(operator)
             self._dumps[operator] = dump
@@ -217,17 +220,20 @@ class Tracer:
                 if entry.kind in (FALLTHROUGH, MISSING):
                     continue
                 plan.append((operator, key, entry, torch.library.get_kernel(operator, key)))
-        library = torch._C._dispatch_library("IMPL", "aten", "")
+        libraries = {namespace: torch._C._dispatch_library("IMPL", namespace, "")
+                     for namespace in {operator.split("::", 1)[0] for operator, *_ in plan}}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             for operator, key, entry, original in plan:
-                library.impl(operator[len("aten::"):], getattr(torch._C.DispatchKey, key),
-                             self._make_kernel(operator, key, entry.kind, entry.provenance, original), True)
-        self._library = library
+                namespace, name = operator.split("::", 1)
+                libraries[namespace].impl(name, getattr(torch._C.DispatchKey, key),
+                                          self._make_kernel(operator, key, entry.kind, entry.provenance, original),
+                                          True)
+        self._libraries = libraries
         self.trace.wrapped_operators = len({operator for operator, *_ in plan})
 
     def uninstall(self) -> None:
-        self._library = None  # the last reference: the registrations go with it
+        self._libraries = {}  # the last references: the registrations go with them
 
     def _make_kernel(self, operator: str, key: str, kind: str, provenance: str, original: Any):
         record = self._record

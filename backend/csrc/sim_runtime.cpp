@@ -584,6 +584,8 @@ static at::Tensor host_alias(const at::Tensor& t) {
   return tensor_on_storage(host_view_of_storage(t.storage()), c10::DispatchKey::CPU, t);
 }
 
+at::Tensor host_view(const at::Tensor& device_tensor) { return host_alias(device_tensor); }
+
 // Takes over a host tensor whose bytes the sim allocator handed out (a fresh output
 // of a host kernel) as a sim tensor, without copying.
 static at::Tensor wrap_device_storage(const at::Tensor& host, c10::Device device) {
@@ -1172,6 +1174,7 @@ static DeviceIndex checked(int64_t device) {
 
 void install_tensor_metadata();  // serialization.cpp
 void install_profiler();         // profiler.cpp
+void bind_distributed(pybind11::module& module);  // distributed.cpp
 
 }  // namespace sim
 
@@ -1190,6 +1193,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("install_autocast", &install_autocast);
   module.def("install_tensor_metadata", &install_tensor_metadata);
   module.def("install_profiler", &install_profiler);
+  bind_distributed(module);
 
   module.def("device_count", []() { return g_device_count.load(); });
   module.def("current_device", []() { return static_cast<int>(t_current_device); });

@@ -113,7 +113,8 @@ def trace_figure(recorded: Trace, title: str | None = None, max_hops: int = 20_0
     return figure
 
 
-def compare_figure(traces: Sequence[Trace], titles: Sequence[str] | None = None, max_hops: int = 20_000) -> go.Figure:
+def compare_figure(traces: Sequence[Trace], titles: Sequence[str] | None = None, max_hops: int = 20_000,
+                   title: str = "The same code on different devices") -> go.Figure:
     """Several traces stacked (the same code on cpu and on sim, say), sharing the toggle buttons."""
     titles = list(titles or [f"on {recorded.device}" for recorded in traces])
     lanes = [len({hop.key for hop in recorded.hops[:max_hops]}) for recorded in traces]
@@ -124,7 +125,7 @@ def compare_figure(traces: Sequence[Trace], titles: Sequence[str] | None = None,
         groups += _add_trace_panel(figure, recorded, row, row == 1, max_hops)
         if row < len(traces):
             figure.update_xaxes(title_text=None, row=row, col=1)
-    figure.update_layout(title="The same code on different devices", height=140 + 46 * sum(max(n, 3) for n in lanes),
+    figure.update_layout(title=title, height=140 + 46 * sum(max(n, 3) for n in lanes),
                          updatemenus=_toggle_buttons(groups), margin={"t": 100}, legend_title_text="kernel kind")
     return figure
 
@@ -225,21 +226,23 @@ def memory_figure(samples: Sequence[dict], capacities: dict[int, int] | None = N
 
 
 def profile_timeline_figure(spans: Sequence[TimelineSpan], title: str = "What the profiler saw") -> go.Figure:
-    """One row per host nesting level and per device: operators on the host, kernels on the device, in µs."""
+    """One row per host thread and nesting level and per device: operators on the host, kernels on the device, in µs."""
+    def row_of(span: TimelineSpan) -> str:
+        return f"{span.track}, depth {span.depth}" if span.track.startswith("host") else span.track
+
     rows: list[str] = []
     for span in spans:
-        row = span.track if span.track != "host" else f"host, depth {span.depth}"
-        if row not in rows:
-            rows.append(row)
-    rows.sort(key=lambda row: (not row.startswith("host"), row))
+        if row_of(span) not in rows:
+            rows.append(row_of(span))
+    rows.sort(key=lambda row: (not row.startswith("host"), not row.startswith("host,"), row))
     figure = go.Figure()
     for is_device, colour, legend in ((False, "#1e88e5", "host operator"), (True, "#2e7d32", "device kernel")):
-        chosen = [span for span in spans if (span.track != "host") == is_device]
+        chosen = [span for span in spans if (not span.track.startswith("host")) == is_device]
         if not chosen:
             continue
         figure.add_trace(go.Bar(
             base=[span.start_us for span in chosen], x=[max(span.end_us - span.start_us, 0.5) for span in chosen],
-            y=[span.track if is_device else f"host, depth {span.depth}" for span in chosen], orientation="h",
+            y=[row_of(span) for span in chosen], orientation="h",
             marker_color=colour, name=legend, text=[span.name for span in chosen], textposition="inside",
             insidetextanchor="middle", textangle=0,
             customdata=[[span.end_us - span.start_us, span.launched_by or "-"] for span in chosen],

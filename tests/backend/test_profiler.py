@@ -154,3 +154,13 @@ def test_device_activity_alone_records_the_kernels_without_host_operators():
         a @ a
     assert [kernel.name for kernel in sim_kernels(prof)] == ["sim::mm"]
     assert [event for event in prof.events() if event.device_type == DeviceType.CPU and event.name == "aten::mm"] == []
+
+
+def test_timeline_puts_operators_of_other_threads_on_tracks_of_their_own():
+    a = torch.randn(64, 64, device="sim", requires_grad=True)
+    with profile(activities=SIM_ACTIVITIES) as prof:
+        (a @ a).sum().backward()
+    tracks = {span.name: span.track for span in timeline(prof) if span.depth == 0}
+    assert tracks["aten::matmul"] == "host"  # the thread that profiles
+    # autograd runs the backward of sim tensors on a thread of its own for the device
+    assert tracks["autograd::engine::evaluate_function: MmBackward0"].startswith("host thread ")

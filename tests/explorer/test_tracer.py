@@ -139,3 +139,21 @@ def test_chrome_trace_and_text_tree():
     assert text.splitlines()[0].startswith("aten::ones @ BackendSelect")
     assert "  aten::" in text
     assert "skipped" not in recorded.to_text(show_skipped=False)
+
+
+def test_a_collective_on_sim_is_traced_to_the_device_kernel_and_the_tables_are_restored():
+    import torch.distributed as dist
+
+    dist.init_process_group("simccl", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        before = all_tables()
+        tensor = torch.ones(3, device="sim")
+        with trace("sim") as recorded:
+            dist.all_reduce(tensor)
+        assert all_tables() == before
+    finally:
+        dist.destroy_process_group()
+    collective = hops_of(recorded, "c10d::allreduce_")
+    assert [hop.key for hop in collective if not hop.skipped] == ["AutogradPrivateUse1", "PrivateUse1"]
+    assert collective[0].inputs[0].device == "sim:0"
+    assert tensor.tolist() == [1.0, 1.0, 1.0]

@@ -1,0 +1,122 @@
+"""Step 13, compile: torch.compile with its default backend, inductor, generates kernels for sim."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._dynamo
+from torch._dynamo.utils import counters
+from torch._inductor import metrics
+from torch._inductor.utils import run_and_get_code
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    metrics.reset()
+    counters.clear()
+    yield
+    torch._dynamo.reset()
+
+
+def small_mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32), torch.nn.Linear(32, 4))
+
+
+def test_compiled_training_step_matches_eager_and_inductor_generates_kernels():
+    eager, compiled = small_mlp().to("sim"), small_mlp().to("sim")
+    inputs = torch.randn(8, 16).to("sim")
+    eager(inputs).square().mean().backward()
+    torch.compile(compiled)(inputs).square().mean().backward()
+    assert metrics.generated_kernel_count > 0
+    for mine, theirs in zip(compiled.parameters(), eager.parameters()):
+        assert mine.grad.device.type == "sim"
+        torch.testing.assert_close(mine.grad.cpu(), theirs.grad.cpu(), rtol=1e-5, atol=1e-6)
+
+
+def test_inductor_writes_cpp_kernels_that_run_on_sim_memory():
+    def scale_and_relu(x):
+        return (x * 2).relu() + 1
+
+    x = torch.randn(64, device="sim")
+    result, (code,) = run_and_get_code(torch.compile(scale_and_relu), x)
+    assert "cpp_fused" in code and "device='sim'" in code
+    assert result.device.type == "sim"
+    assert torch.equal(result.cpu(), scale_and_relu(x.cpu()))
+
+
+def test_graphs_that_create_sim_tensors_and_call_cpu_compile_with_fullgraph():
+    def total_on_host(x):
+        ones = torch.ones(x.shape, device="sim")
+        return (ones * x).sum().cpu() + 1
+
+    x = torch.randn(32, device="sim")
+    result = torch.compile(total_on_host, fullgraph=True)(x)
+    assert result.device.type == "cpu"
+    torch.testing.assert_close(result, total_on_host(x))
+
+
+def test_autocast_inside_compiled_code_follows_sims_policy():
+    def matmul_under_autocast(a, b):
+        with torch.autocast("sim", dtype=torch.bfloat16):
+            return a @ b
+
+    a, b = torch.randn(8, 8, device="sim"), torch.randn(8, 8, device="sim")
+    compiled = torch.compile(matmul_under_autocast, fullgraph=True)(a, b)
+    assert compiled.dtype == torch.bfloat16
+    torch.testing.assert_close(compiled.cpu(), matmul_under_autocast(a, b).cpu())
+
+
+def test_recompiles_only_when_the_shape_changes_then_goes_dynamic():
+    compiled = torch.compile(lambda x: (x * 2).sin())
+    for size in (3, 3, 5, 7, 9):
+        x = torch.randn(size, device="sim")
+        torch.testing.assert_close(compiled(x).cpu(), (x * 2).sin().cpu())
+    # 3 compiles once, the second 3 reuses it, 5 recompiles with a dynamic size that 7 and 9 reuse
+    assert counters["stats"]["unique_graphs"] == 2
+
+
+def test_a_compiled_function_refuses_tensors_on_two_devices_like_eager():
+    with pytest.raises(Exception, match="(?s)Expected all tensors to be on the same device.*sim"):
+        torch.compile(torch.add)(torch.ones(3, device="sim"), torch.ones(3))
+
+
+def test_compiled_transformer_layer_forward_and_backward_match_eager():
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True).to("sim")
+    tokens = torch.randn(2, 6, 32, device="sim")
+    compiled = torch.compile(layer)(tokens)
+    compiled.square().mean().backward()
+    compiled_grads = [p.grad.cpu() for p in layer.parameters()]
+    layer.zero_grad()
+    eager = layer(tokens)
+    eager.square().mean().backward()
+    torch.testing.assert_close(compiled.detach().cpu(), eager.detach().cpu(), rtol=1e-4, atol=1e-5)
+    for mine, theirs in zip(compiled_grads, (p.grad.cpu() for p in layer.parameters())):
+        torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-5)
+    assert metrics.generated_kernel_count > 0
+
+
+def test_compiled_embedding_and_transformer_training_step_matches_eager():
+    from torch_sim import workloads
+
+    losses = {}
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = workloads.WORKLOADS["transformer"].make_model().to("sim")
+        tokens, labels = workloads.WORKLOADS["transformer"].make_batch(torch.Generator().manual_seed(0))
+        run = torch.compile(model) if compiled else model
+        loss = torch.nn.functional.cross_entropy(run(tokens.to("sim")), labels.to("sim"))
+        loss.backward()
+        losses[compiled] = (loss.item(), model.embedding.weight.grad.cpu())
+    assert losses[True][0] == pytest.approx(losses[False][0], rel=1e-5)
+    torch.testing.assert_close(losses[True][1], losses[False][1], rtol=1e-4, atol=1e-6)
+
+
+def test_inductor_finds_sims_classes_on_the_device_module():
+    from torch._inductor.codegen.common import get_scheduling_for_device, init_backend_registration
+
+    init_backend_registration()
+    assert get_scheduling_for_device("sim") is torch.sim.Scheduling
+    with pytest.raises(AttributeError, match="has no attribute 'NoSuchThing'"):
+        torch.sim.NoSuchThing

@@ -39,8 +39,8 @@ def _write(text: str, output: str | None) -> None:
 def command_coverage(arguments: argparse.Namespace) -> None:
     from pu1_explorer.coverage import coverage
 
-    _progress(f"classifying every ATen overload for {arguments.device}")
-    snapshot = coverage(_backend_key(arguments.device), label=arguments.device)
+    _progress(f"classifying every {arguments.namespace} overload for {arguments.device}")
+    snapshot = coverage(_backend_key(arguments.device), label=arguments.device, namespace=arguments.namespace)
     if arguments.format == "json":
         text = snapshot.to_json()
     elif arguments.format == "csv":
@@ -121,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     coverage = commands.add_parser("coverage", help="operator coverage of a backend")
     coverage.add_argument("--device", default="sim")
     coverage.add_argument("--core", action="store_true", help="only the core-ATen overloads")
+    coverage.add_argument("--namespace", choices=("aten", "c10d"), default="aten",
+                          help="the operators to classify: ATen's, or c10d's collectives")
     coverage.add_argument("--format", choices=("md", "csv", "json"), default="md")
     coverage.add_argument("-o", "--output")
     coverage.set_defaults(run=command_coverage)

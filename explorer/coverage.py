@@ -190,15 +190,18 @@ def _family(operator: str) -> str:
     return operator.split("::", 1)[1].split(".", 1)[0].rstrip("_").lstrip("_") or operator
 
 
-def coverage(backend_key: str = "PrivateUse1", label: str | None = None) -> CoverageSnapshot:
-    """Classify every ATen overload for one backend key ('PrivateUse1', 'CPU', 'Meta', …)."""
+def coverage(backend_key: str = "PrivateUse1", label: str | None = None, namespace: str = "aten") -> CoverageSnapshot:
+    """Classify every overload of one operator namespace for one backend key ('PrivateUse1', 'CPU', 'Meta', …).
+
+    `namespace` is "aten" by default; "c10d" shows which collectives reach a kernel on the device.
+    """
     roles = role_keys(backend_key)
     key = roles["Backend"]
     watched = (key, roles.get("Autograd"), roles.get("Autocast"))  # a role this backend lacks reads as missing
     core = core_operators()
     statuses: dict[str, tuple[str, str, str]] = {}
     for operator in torch._C._dispatch_get_all_op_names():
-        if not operator.startswith("aten::"):
+        if not operator.startswith(f"{namespace}::"):
             continue
         dump = torch._C._dispatch_dump_table(operator)
         statuses[operator] = tuple(entry_from_dump(operator, dump, k).kind if k else MISSING for k in watched)

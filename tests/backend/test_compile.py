@@ -120,3 +120,22 @@ def test_inductor_finds_sims_classes_on_the_device_module():
     assert get_scheduling_for_device("sim") is torch.sim.Scheduling
     with pytest.raises(AttributeError, match="has no attribute 'NoSuchThing'"):
         torch.sim.NoSuchThing
+
+
+def test_the_tracer_sees_that_compiled_code_dispatches_only_allocations_and_extern_kernels():
+    from pu1_explorer import trace
+
+    model = small_mlp().to("sim")
+    compiled = torch.compile(model)
+    batch = torch.randn(8, 16, device="sim")
+    with torch.no_grad():
+        compiled(batch)
+        with trace("sim") as eager:
+            model(batch)
+        with trace("sim") as fused:
+            compiled(batch)
+    reached = {name: {hop.operator for hop in recorded.hops if hop.key == "PrivateUse1"}
+               for name, recorded in (("eager", eager), ("compiled", fused))}
+    assert {"aten::gelu", "aten::native_layer_norm"} <= reached["eager"]
+    assert "aten::empty_strided" in reached["compiled"]
+    assert not {"aten::gelu", "aten::native_layer_norm"} & reached["compiled"]

@@ -19,6 +19,8 @@ def test_coverage_formats():
     csv = explorer("coverage", "--core", "--format", "csv").stdout.splitlines()
     assert len(csv) == 194
     assert "classifying" in markdown.stderr  # progress goes to stderr
+    collectives = json.loads(explorer("coverage", "--namespace", "c10d", "--format", "json").stdout)
+    assert {row["operator"] for row in collectives["rows"]} >= {"c10d::allreduce_", "c10d::send"}
 
 
 def test_trace_expression_in_every_format(tmp_path):

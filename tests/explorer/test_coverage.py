@@ -72,3 +72,13 @@ def test_filters():
     falling = snapshot.filter(status="fallback", core_only=True, transitive=True)
     assert falling and all(row.core and row.transitive == "fallback" for row in falling)
     assert all("conv" in row.operator for row in snapshot.filter(text="conv"))
+
+
+def test_c10d_collectives_are_classified_for_the_device():
+    rows = coverage("sim", namespace="c10d").by_operator()
+    c10d = [name for name in torch._C._dispatch_get_all_op_names() if name.startswith("c10d::")]
+    assert sorted(rows) == sorted(c10d)
+    # PyTorch registers the collectives' PrivateUse1 kernels itself: they hand the call to the
+    # process group's backend for the device (simccl for sim)
+    assert rows["c10d::allreduce_"].backend == "kernel" and rows["c10d::broadcast_"].backend == "kernel"
+    assert rows["c10d::monitored_barrier_"].backend == "fallback"  # registered for the CPU only

@@ -14,6 +14,7 @@ import concurrent.futures
 import hashlib
 import logging
 import os
+import posixpath
 import re
 import shutil
 import time
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import nbformat
 from mkdocs.exceptions import PluginError
+from mkdocs.utils import get_relative_url
 
 log = logging.getLogger("mkdocs.hooks.notebooks")
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,7 +111,39 @@ def on_pre_build(config, **kwargs) -> None:
         raise PluginError("the notebooks did not build cleanly:\n  " + "\n  ".join(problems))
 
 
+_NOTEBOOK_LINK = re.compile(r'href="(?![a-z][a-z0-9+.-]*:|/|#)([^"#?]+\.(?:ipynb|md))(#[^"]*)?"')
+
+
+def on_page_content(html: str, page, config, files, **kwargs) -> str:
+    """In a notebook's page, point links to other notebooks and pages at those pages."""
+    if not page.file.src_uri.endswith(".ipynb"):
+        return html
+
+    def to_page(match: re.Match) -> str:
+        target = posixpath.normpath(posixpath.join(posixpath.dirname(page.file.src_uri), match.group(1)))
+        linked = files.get_file_from_path(target)
+        if linked is None:
+            raise PluginError(f"{page.file.src_uri} links to {match.group(1)}, which is not a page of the site")
+        return f'href="{get_relative_url(linked.url, page.url)}{match.group(2) or ""}"'
+
+    return _NOTEBOOK_LINK.sub(to_page, html)
+
+
 _NETWORK_SCRIPT = re.compile(r"<script[^>]+src=[\"']https?://", re.IGNORECASE)
+_LOCAL_HREF = re.compile(r'<a [^>]*href="(?![a-z][a-z0-9+.-]*:|#|//)([^"#?]*)[^"]*"')
+
+
+def dead_links(site: Path) -> list[str]:
+    """Links between the site's pages that lead nowhere: '<page>: <href>' for each."""
+    found = []
+    for page in sorted(site.rglob("*.html")):
+        for href in set(_LOCAL_HREF.findall(page.read_text(errors="replace"))):
+            if not href:
+                continue
+            target = (site / href.lstrip("/")) if href.startswith("/") else (page.parent / href).resolve()
+            if not (target.is_file() or (target / "index.html").is_file()):
+                found.append(f"{page.relative_to(site)}: {href}")
+    return found
 
 
 def on_post_build(config, **kwargs) -> None:
@@ -128,6 +162,7 @@ def on_post_build(config, **kwargs) -> None:
         plots = text.count("Plotly.newPlot(")
         if divs != plots:
             problems.append(f"{page.relative_to(site)}: {divs} figure containers but {plots} figures drawn")
+    problems += [f"a dead link in {link}" for link in dead_links(site)]
     if problems:
         raise PluginError("the built site has problems:\n  " + "\n  ".join(problems))
     log.info(f"the site was built in {time.perf_counter() - _started:.1f} s (notebooks executed included)")

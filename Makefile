@@ -38,8 +38,7 @@ docs: setup
 	$(MAKE) --no-print-directory serve
 
 serve:
-	@echo "serving the site on http://127.0.0.1:$(PORT)/ (Ctrl+C to stop)"
-	$(PYTHON) -m http.server $(PORT) --bind 127.0.0.1 --directory site
+	@$(PYTHON) docs/hooks/serve_site.py site --port $(PORT)
 
 lab: setup
 	$(PYTHON) -m jupyterlab --ip=127.0.0.1 --no-browser $$( [ "$$(id -u)" = 0 ] && echo --allow-root ) notebooks

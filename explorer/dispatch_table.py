@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 
@@ -47,6 +48,24 @@ _TAG_KINDS = {
 }
 
 
+_PROJECT = Path(__file__).resolve().parent.parent
+
+
+def short_path(path: str) -> str:
+    """A source path without the folders of the machine it was on: from the package (`torch/...`), PyTorch's
+    source tree (`aten/src/...`, PyTorch's own build machine), or the project (`backend/csrc/...`)."""
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in path:
+            return path.split(marker, 1)[1]
+    for marker in ("/build/aten/", "/aten/src/", "/torch/csrc/"):
+        if marker in path:
+            return marker[1:] + path.split(marker, 1)[1]
+    try:
+        return str(Path(path).resolve().relative_to(_PROJECT))
+    except (ValueError, OSError):
+        return path
+
+
 class UnknownOperatorError(ValueError):
     """An operator name that the dispatcher does not know; the message suggests close matches."""
 
@@ -63,10 +82,12 @@ class KernelEntry:
 
     @property
     def provenance(self) -> str:
-        """Where the kernel was registered, as file:line (empty when there is no kernel)."""
+        """Where the kernel was registered, as file:line (empty when there is no kernel), with the file relative
+        to the installed packages or the project, so that no machine's own folders show."""
         if self.file is None:
             return ""
-        return f"{self.file}:{self.line}" if self.line is not None else self.file
+        where = short_path(self.file)
+        return f"{where}:{self.line}" if self.line is not None else where
 
     @property
     def is_python(self) -> bool:

@@ -169,6 +169,8 @@ class GuideStep:
     source: str
     vendor_cpp: str
     check_code: str
+    cpp_file: str | None = None  # the step's C++ file in sim, if the step has C++
+    cpp_source: str | None = None
 
 
 @dataclass
@@ -218,9 +220,12 @@ def steps() -> list[GuideStep]:
     for number, name in enumerate(STEPS, start=1):
         module = importlib.import_module(f"torch_sim.{name}")
         path = Path(inspect.getsourcefile(module))
+        cpp = path.parent / "csrc" / f"{name}.cpp"
         result.append(GuideStep(number, name, TITLES[name], _explanation(module),
                                 f"backend/{path.name}", path.read_text(),
-                                VENDOR_CPP[name], textwrap.dedent(bringup_checks.CHECKS[name]).strip()))
+                                VENDOR_CPP[name], textwrap.dedent(bringup_checks.CHECKS[name]).strip(),
+                                f"backend/csrc/{cpp.name}" if cpp.is_file() else None,
+                                cpp.read_text() if cpp.is_file() else None))
     return result
 
 
@@ -264,3 +269,42 @@ def check_step(name: str, with_coverage: bool = True) -> StepCheck:
                                    for operator, status in sorted(rows_after.items())
                                    if rows_before.get(operator) != status]
     return result
+
+
+@dataclass
+class StepCoverage:
+    """How the backend's ATen overloads resolve once the bring-up has reached `step` (transitive statuses)."""
+
+    number: int
+    step: str
+    counts: dict[str, int]
+    without_fallback_percent: float
+    autograd_kernels: int  # overloads with a kernel of the backend's own on its Autograd key
+    autocast_kernels: int  # overloads with a kernel on its Autocast key (a cast policy)
+
+
+_COVERAGE_BY_STEP_PROGRAM = """
+import json, torch, torch_sim
+from pu1_explorer.coverage import coverage
+for step in torch_sim.STEPS:
+    torch_sim.bring_up(step)
+    snapshot = coverage("PrivateUse1", label="sim")
+    summary = snapshot.summary()
+    print(json.dumps({"step": step, "counts": {status: value["count"] for status, value in summary["transitive"].items()},
+                      "percent": summary["without_fallback_percent"],
+                      "autograd": sum(row.autograd == "kernel" for row in snapshot.rows),
+                      "autocast": sum(row.autocast == "kernel" for row in snapshot.rows)}), flush=True)
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def coverage_by_step() -> list[StepCoverage]:
+    """The coverage after each bring-up step, measured in one fresh process that brings sim up step by step."""
+    environment = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0", SIM_FALLBACK="silent")
+    completed = subprocess.run([sys.executable, "-c", _COVERAGE_BY_STEP_PROGRAM], capture_output=True, text=True,
+                               env=environment, timeout=600)
+    if completed.returncode != 0:
+        raise RuntimeError(bringup_checks.error_summary(completed.stderr, completed.returncode))
+    rows = [json.loads(line) for line in completed.stdout.splitlines() if line.startswith("{")]
+    return [StepCoverage(number, row["step"], row["counts"], row["percent"], row["autograd"], row["autocast"])
+            for number, row in enumerate(rows, start=1)]

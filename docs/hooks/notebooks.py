@@ -35,11 +35,24 @@ HTML_MIMES = {"text/html", "text/markdown", "text/latex", "image/png", "image/jp
 _started = 0.0
 
 
+# Everything an executed notebook depends on besides itself: the code it runs, the data files
+# it reads, this hook and the versions of torch and Python.
+_INPUTS = {"backend": (".py", ".cpp", ".h", ".json"), "explorer": (".py", ".cpp", ".h", ".json"),
+           "tests/backend": (".md",)}
+
+
 def _fingerprint(notebook: Path) -> str:
+    import platform
+
+    import torch
+
     digest = hashlib.sha256(notebook.read_bytes())
-    for folder in ("backend", "explorer"):
+    digest.update(f"{torch.__version__} {platform.python_version()}".encode())
+    digest.update(Path(__file__).read_bytes())
+    for folder, suffixes in _INPUTS.items():
         for path in sorted((ROOT / folder).rglob("*")):
-            if path.suffix in (".py", ".cpp", ".json") and "__pycache__" not in path.parts:
+            if path.suffix in suffixes and "__pycache__" not in path.parts:
+                digest.update(str(path.relative_to(ROOT)).encode())
                 digest.update(path.read_bytes())
     return digest.hexdigest()[:20]
 
@@ -66,6 +79,7 @@ def execute(source: Path) -> tuple[str, float, list[str]]:
     """Execute one notebook into docs/notebooks (or reuse an identical earlier run); returns its problems."""
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
+    from traitlets.config import Config
 
     started = time.perf_counter()
     target = EXECUTED / source.name
@@ -75,8 +89,13 @@ def execute(source: Path) -> tuple[str, float, list[str]]:
         return source.name, 0.0, check_outputs(source.name, nbformat.read(cached, as_version=4))
     notebook = nbformat.read(source, as_version=4)
     environment = dict(os.environ, EXPLORER_STATIC="1", SIM_FALLBACK="silent", PYTHONWARNINGS="default")
+    # the kernel talks to the build over local sockets (IPC), not TCP
+    config = Config()
+    config.KernelManager.transport = "ipc"
+    config.KernelManager.ip = str(CACHE / f"kernel-{source.stem}")
+    CACHE.mkdir(parents=True, exist_ok=True)
     client = NotebookClient(notebook, timeout=CELL_TIMEOUT, kernel_name="python3", allow_errors=False,
-                            resources={"metadata": {"path": str(SOURCE)}})
+                            resources={"metadata": {"path": str(SOURCE)}}, config=config)
     try:
         client.execute(env=environment)
     except CellExecutionError as error:
@@ -88,7 +107,8 @@ def execute(source: Path) -> tuple[str, float, list[str]]:
     # with it the page would load the widget manager from the network.
     notebook.metadata.pop("widgets", None)
     nbformat.write(notebook, target)
-    CACHE.mkdir(parents=True, exist_ok=True)
+    for stale in CACHE.glob(f"{source.stem}-*.ipynb"):
+        stale.unlink()
     shutil.copyfile(target, cached)
     return source.name, time.perf_counter() - started, check_outputs(source.name, notebook)
 
@@ -114,10 +134,92 @@ def on_pre_build(config, **kwargs) -> None:
 _NOTEBOOK_LINK = re.compile(r'href="(?![a-z][a-z0-9+.-]*:|/|#)([^"#?]+\.(?:ipynb|md))(#[^"]*)?"')
 
 
+# The landing page's pictures, made at build time from the real dispatcher in a fresh process.
+_AT_A_GLANCE_PROGRAM = r'''
+import json
+from pu1_explorer import coverage
+from pu1_explorer.report import coverage_figure
+from pu1_explorer.tracer import run_traced
+from pu1_explorer.widgets.base import figure_html
+from pu1_explorer.widgets.figures import trace_figure
+
+code = """x = torch.randn(4, 8, device=device, requires_grad=True)
+torch.nn.functional.linear(x, torch.randn(3, 8, device=device)).relu().sum().backward()"""
+recorded = run_traced(code, "sim")
+snapshot = coverage("PrivateUse1", label="sim")
+summary, core = snapshot.summary(), snapshot.summary(core_only=True)
+title = f"One forward and backward pass on sim: {len(recorded.hops)} hops through the dispatcher"
+print(json.dumps({"code": code, "trace": figure_html(trace_figure(recorded, title=title)),
+                  "coverage": figure_html(coverage_figure(snapshot)),
+                  "operators": summary["operators"], "percent": summary["without_fallback_percent"],
+                  "core_operators": core["operators"], "core_percent": core["without_fallback_percent"]}))
+'''
+AT_A_GLANCE = "<!-- at a glance: built by docs/hooks/notebooks.py -->"
+
+
+def at_a_glance_html() -> str:
+    """The landing page's trace picture and coverage summary, from the real dispatcher."""
+    import html
+    import json
+    import subprocess
+    import sys
+
+    completed = subprocess.run([sys.executable, "-c", _AT_A_GLANCE_PROGRAM], capture_output=True, text=True,
+                               timeout=300, env=dict(os.environ, SIM_FALLBACK="silent"))
+    if completed.returncode != 0:
+        raise PluginError(f"the landing page's pictures failed: {completed.stderr.strip()[-2000:]}")
+    data = json.loads(completed.stdout.strip().splitlines()[-1])
+    return (f"<p>What the dispatcher did for this code on <code>sim</code>, hop by hop (hover a marker; the buttons "
+            f"hide fallthroughs or nested calls):</p>\n<pre><code>{html.escape(data['code'])}</code></pre>\n"
+            f"<div class=\"figure-scroll\">{data['trace']}</div>\n"
+            f"<p><b>{data['percent']}%</b> of the {data['operators']:,} ATen overloads run on <code>sim</code> "
+            f"without its fallback (<b>{data['core_percent']}%</b> of the {data['core_operators']} core-ATen ones). "
+            f"The rest reach sim's host fallback, which computes them on the device's memory in place. "
+            f'<a href="notebooks/05_coverage/">Coverage in detail</a>.</p>\n<div class="figure-scroll">{data["coverage"]}</div>\n')
+
+
+def on_page_markdown(markdown: str, page, config, files, **kwargs) -> str:
+    """The landing page gets its pictures."""
+    if AT_A_GLANCE in markdown:
+        markdown = markdown.replace(AT_A_GLANCE, at_a_glance_html())
+    return markdown
+
+
+_FIGURE_SCRIPT = re.compile(r"<script([^>]*)>((?:(?!</script>).)*?Plotly\.newPlot\((?:(?!</script>).)*)</script>", re.DOTALL)
+_HEADING = re.compile(r'<h([1-6]) id="([^"]+)"[^>]*>(.*?)</h\1>', re.DOTALL)
+
+
+def _without_anchor_link(html: str) -> str:
+    return re.sub(r'<a class="(?:headerlink|anchor-link)".*?</a>', "", html, flags=re.DOTALL).strip()
+
+
+def _plain_text(html: str) -> str:
+    text = re.sub(r"<[^>]+>", "", _without_anchor_link(html))
+    return " ".join(text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&").split())
+
+
+def _toc_entries(items):
+    for item in items:
+        yield item
+        yield from _toc_entries(item.children)
+
+
 def on_page_content(html: str, page, config, files, **kwargs) -> str:
-    """In a notebook's page, point links to other notebooks and pages at those pages."""
+    """Figures draw once the deferred plotly.js is there; a notebook page keeps the code in its
+    title, and its links to other notebooks and pages lead to those pages."""
+    html = _FIGURE_SCRIPT.sub(lambda match: f'<script{match.group(1)}>document.addEventListener("DOMContentLoaded", '
+                                            f'function () {{{match.group(2)}}});</script>', html)
     if not page.file.src_uri.endswith(".ipynb"):
         return html
+    # mkdocs-jupyter makes the title and the table of contents from headings with their code left
+    # out, so their anchors miss the headings' real ids: take both from the page's own headings.
+    headings = _HEADING.findall(html)
+    if headings and headings[0][0] == "1":
+        page.title = _plain_text(headings[0][2])
+    entries = list(_toc_entries(page.toc))
+    if len(entries) == len(headings):
+        for entry, (_, anchor, text) in zip(entries, headings):
+            entry.id, entry.title = anchor, _without_anchor_link(text)
 
     def to_page(match: re.Match) -> str:
         target = posixpath.normpath(posixpath.join(posixpath.dirname(page.file.src_uri), match.group(1)))

@@ -58,6 +58,45 @@ def escape(text: object) -> str:
     return html.escape(str(text))
 
 
+def code_html(code: str, language: str = "python") -> str:
+    """Code highlighted with inline styles (they need no stylesheet, live or on the site), scrolled, never wrapped."""
+    from pygments import highlight
+    from pygments.formatters import HtmlFormatter
+    from pygments.lexers import get_lexer_by_name
+
+    highlighted = highlight(code, get_lexer_by_name(language), HtmlFormatter(noclasses=True, nowrap=True))
+    return ('<pre style="white-space:pre;overflow-x:auto;background:#f7f7f9;color:#1f2328;padding:.6em .8em;'
+            f'border-radius:4px;font-size:.8em;line-height:1.45"><code>{highlighted}</code></pre>')
+
+
+def folded_code_html(summary: str, code: str, language: str = "python", fold_after: int = 30) -> str:
+    """Code under a summary line: shown open when short, folded when longer than `fold_after` lines."""
+    lines = code.count("\n") + 1
+    opened = " open" if lines <= fold_after else ""
+    return f"<details{opened}><summary>{summary} ({lines} lines)</summary>{code_html(code, language)}</details>"
+
+
+def inline_code_html(text: str) -> str:
+    """Text with its `code` spans as HTML."""
+    parts = escape(text).split("`")
+    return "".join(f"<code>{part}</code>" if index % 2 else part for index, part in enumerate(parts))
+
+
+def inline_markdown(text: str) -> str:
+    """The little markdown of docstrings as HTML: paragraphs, '- ' list items and `code`."""
+    inline = inline_code_html
+    blocks = []
+    for paragraph in text.split("\n\n"):
+        lines = [line.strip() for line in paragraph.splitlines() if line.strip()]
+        items = [line[2:] for line in lines if line.startswith("- ")]
+        prose = " ".join(line for line in lines if not line.startswith("- "))
+        if prose:
+            blocks.append(f"<p>{inline(prose)}</p>")
+        if items:
+            blocks.append("<ul>" + "".join(f"<li>{inline(item)}</li>" for item in items) + "</ul>")
+    return "".join(blocks)
+
+
 def message_html(text: str, kind: str = "info") -> str:
     colours = {"info": "#1565c0", "error": "#c62828", "ok": "#2e7d32"}
     return f'<div style="color:{colours[kind]};white-space:pre-wrap;font-family:monospace">{escape(text)}</div>'

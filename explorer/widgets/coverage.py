@@ -14,7 +14,7 @@ TABLE_ROWS = 200
 def rows_table(rows, limit: int = TABLE_ROWS) -> str:
     """Coverage rows as an HTML table (the first `limit`)."""
     body = "".join(
-        f"<tr><td><code>{escape(row.operator)}</code></td><td>{escape(row.backend)}</td>"
+        f"<tr><td><code style='white-space:nowrap'>{escape(row.operator)}</code></td><td>{escape(row.backend)}</td>"
         f"<td>{escape(row.transitive)}</td><td>{escape(row.autograd)}</td><td>{escape(row.autocast)}</td>"
         f"<td>{'core' if row.core else ''}</td></tr>" for row in rows[:limit])
     more = f"<p>… and {len(rows) - limit} more</p>" if len(rows) > limit else ""
@@ -93,7 +93,7 @@ class CoverageExplorer(ExplorerWidget):
         if self.baseline is None:
             return ""
         changes = diff(self.baseline, self.snapshot)
-        body = "".join(f"<tr><td><code>{escape(c.operator)}</code></td><td>{escape(c.before)}</td>"
+        body = "".join(f"<tr><td><code style='white-space:nowrap'>{escape(c.operator)}</code></td><td>{escape(c.before)}</td>"
                        f"<td>{escape(c.after)}</td></tr>" for c in changes[:TABLE_ROWS])
         return (f"<h4>{len(changes)} overloads differ from {escape(self.baseline.label)}</h4>"
                 "<div style='max-height:18em;overflow:auto'><table><thead><tr><th>operator</th>"
@@ -102,8 +102,17 @@ class CoverageExplorer(ExplorerWidget):
 
     def static_html(self) -> str:
         summary = self.snapshot.summary()
-        falling = self.snapshot.filter(status="fallback", transitive=True, core_only=True)
-        return (f"<div class='explorer-widget'>{figure_html(self.figure())}"
+        rows = self.snapshot.rows
+        # A page without a kernel still searches: a few lines of the page's own JavaScript filter the table.
+        search = ("<input type='search' placeholder='search the overloads, e.g. conv or fallback' "
+                  "style='width:100%;box-sizing:border-box;padding:.4em;margin:.6em 0;border:1px solid #9e9e9e;border-radius:4px' "
+                  "oninput=\"var words=this.value.toLowerCase().split(/\\s+/).filter(Boolean);"
+                  "var table=this.parentNode.querySelector('tbody');var shown=0;"
+                  "table.querySelectorAll('tr').forEach(function(row){var text=row.textContent.toLowerCase();"
+                  "var match=words.every(function(word){return text.indexOf(word)>=0});"
+                  "row.style.display=match?'':'none';shown+=match});"
+                  "this.parentNode.querySelector('.matches').textContent=shown\">")
+        return (f"<div class='explorer-widget coverage'>{figure_html(self.figure())}"
                 f"<p>{summary['without_fallback_percent']}% of {summary['operators']} overloads run without the "
-                f"fallback. Core-ATen overloads that fall back ({len(falling)}):</p>{rows_table(falling)}"
-                f"{self.diff_html()}</div>")
+                f"fallback. All of them, searchable (<b class='matches'>{len(rows)}</b> shown):</p>{search}"
+                f"{rows_table(rows, limit=len(rows))}{self.diff_html()}</div>")

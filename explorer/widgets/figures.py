@@ -43,11 +43,17 @@ def _hop_text(hop: Hop) -> str:
             + (f"<br>inputs:<br>{shapes}" if shapes else "") + (f"<br><b>error:</b> {hop.error}" if hop.error else ""))
 
 
-def _add_trace_panel(figure: go.Figure, recorded: Trace, row: int, legend: bool, max_hops: int) -> list[str]:
+def _marker_size(hops: int) -> float:
+    """Markers as large as the content column allows for this many hops."""
+    return max(6.0, min(14.0, 900 / max(hops, 1)))
+
+
+def _add_trace_panel(figure: go.Figure, recorded: Trace, row: int, max_hops: int) -> list[str]:
     """Draw one trace into `figure`; returns the visibility group of every plotly trace added."""
     hops = recorded.hops[:max_hops]
     lanes = lane_order([hop.key for hop in hops])
     position = {hop.index: step for step, hop in enumerate(hops)}
+    size = _marker_size(len(hops))
     groups: list[str] = []
     edges_x: list = []
     edges_y: list = []
@@ -63,38 +69,64 @@ def _add_trace_panel(figure: go.Figure, recorded: Trace, row: int, legend: bool,
     for hop in hops:
         category = "skipped" if hop.skipped else ("top" if hop.depth == 0 else "nested")
         buckets[(hop.kind, category)].append(hop)
-    shown_in_legend = set()
     for (kind, category), members in sorted(buckets.items(), key=lambda item: KERNEL_KINDS.index(item[0][0])):
         figure.add_trace(go.Scattergl(
             x=[position[hop.index] for hop in members], y=[hop.key for hop in members], mode="markers",
-            marker={"color": KIND_COLOURS[kind], "size": 9 if category == "top" else 7,
+            marker={"color": KIND_COLOURS[kind], "size": size if category == "top" else size * 0.75,
                     "symbol": ["diamond" if hop.phase == "backward" else "square" for hop in members],
                     "line": {"width": 1, "color": "#37474f" if category == "top" else "white"}},
-            name=kind, legendgroup=kind, showlegend=legend and kind not in shown_in_legend,
+            name=kind, showlegend=False,
             hovertext=[_hop_text(hop) for hop in members], hoverinfo="text"), row=row, col=1)
-        shown_in_legend.add(kind)
         groups.append(category)
     backward = [position[hop.index] for hop in hops if hop.phase == "backward"]
     if backward:
-        figure.add_vrect(x0=min(backward) - 0.5, x1=max(backward) + 0.5, fillcolor="#fff3e0", opacity=0.5,
-                         line_width=0, layer="below", row=row, col=1,
-                         annotation_text="backward", annotation_position="top left")
-    figure.update_yaxes(categoryorder="array", categoryarray=lanes[::-1], row=row, col=1)
+        figure.add_vrect(x0=min(backward) - 0.5, x1=max(backward) + 0.5, fillcolor=BACKWARD_SHADE, opacity=0.5,
+                         line_width=0, layer="below", row=row, col=1)
+    figure.update_yaxes(categoryorder="array", categoryarray=lanes[::-1], automargin=True, row=row, col=1)
     figure.update_xaxes(title_text="hop, in the order the dispatcher reached it", row=row, col=1)
     return groups
 
 
-def _toggle_buttons(groups: list[str]) -> list[dict]:
+BACKWARD_SHADE = "#ffe0b2"
+
+
+def _add_legend(figure: go.Figure, traces: Sequence[Trace], max_hops: int) -> list[str]:
+    """Legend entries of their own, so that hiding hops never hides what the remaining markers mean."""
+    hops = [hop for recorded in traces for hop in recorded.hops[:max_hops]]
+    kinds = sorted({hop.kind for hop in hops}, key=KERNEL_KINDS.index)
+    for kind in kinds:
+        figure.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=kind.replace("_", " "),
+                                    marker={"color": KIND_COLOURS[kind], "symbol": "square", "size": 11}))
+    if any(hop.phase == "backward" for hop in hops):
+        figure.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name="backward pass (shaded, ◆)",
+                                    marker={"color": BACKWARD_SHADE, "symbol": "square", "size": 14}))
+        kinds.append("backward")
+    return ["legend"] * len(kinds)
+
+
+def _toggle_buttons(groups: list[str], top_margin: int, plot_height: int) -> list[dict]:
+    """Buttons that hide hops, placed between the title and the first panel (never on a panel's title)."""
     def visible(hidden: set[str]) -> list[bool]:
         return [group not in hidden for group in groups]
 
-    return [{"type": "buttons", "direction": "right", "x": 0, "y": 1.12, "xanchor": "left", "showactive": True,
+    return [{"type": "buttons", "direction": "right", "x": 0, "xanchor": "left", "yanchor": "top",
+             "y": 1 + (top_margin - 36) / plot_height, "showactive": True, "pad": {"t": 0, "b": 0},
              "buttons": [
                  {"label": "all hops", "method": "restyle", "args": [{"visible": visible(set())}]},
                  {"label": "hide fallthroughs", "method": "restyle", "args": [{"visible": visible({"skipped"})}]},
                  {"label": "collapse decompositions", "method": "restyle",
                   "args": [{"visible": visible({"nested", "skipped", "edges"})}]},
              ]}]
+
+
+def _finish_trace_layout(figure: go.Figure, groups: list[str], title: str, height: int, top_margin: int) -> None:
+    """Title, then the buttons, then the panels; the legend in a row of its own under the x axis's title."""
+    bottom = 110
+    plot_height = height - top_margin - bottom
+    figure.update_layout(title={"text": title, "y": 1, "yanchor": "top", "pad": {"t": 12}}, height=height,
+                         updatemenus=_toggle_buttons(groups, top_margin, plot_height),
+                         margin={"t": top_margin, "b": bottom, "l": 10, "r": 10}, hovermode="closest",
+                         legend={"orientation": "h", "y": -62 / plot_height, "yanchor": "top", "x": 0})
 
 
 def trace_figure(recorded: Trace, title: str | None = None, max_hops: int = 20_000) -> go.Figure:
@@ -105,11 +137,10 @@ def trace_figure(recorded: Trace, title: str | None = None, max_hops: int = 20_0
     only the top-level calls; hovering a hop shows its details.
     """
     figure = make_subplots(rows=1, cols=1)
-    groups = _add_trace_panel(figure, recorded, 1, True, max_hops)
+    groups = _add_trace_panel(figure, recorded, 1, max_hops) + _add_legend(figure, [recorded], max_hops)
     lanes = len({hop.key for hop in recorded.hops[:max_hops]})
-    figure.update_layout(title=title or f"Dispatcher trace on {recorded.device} ({len(recorded.hops)} hops)",
-                         height=160 + 42 * max(lanes, 3), updatemenus=_toggle_buttons(groups),
-                         legend_title_text="kernel kind", margin={"t": 90}, hovermode="closest")
+    _finish_trace_layout(figure, groups, title or f"Dispatcher trace on {recorded.device} ({len(recorded.hops)} hops)",
+                         height=290 + 42 * max(lanes, 3), top_margin=90)
     return figure
 
 
@@ -118,15 +149,15 @@ def compare_figure(traces: Sequence[Trace], titles: Sequence[str] | None = None,
     """Several traces stacked (the same code on cpu and on sim, say), sharing the toggle buttons."""
     titles = list(titles or [f"on {recorded.device}" for recorded in traces])
     lanes = [len({hop.key for hop in recorded.hops[:max_hops]}) for recorded in traces]
-    figure = make_subplots(rows=len(traces), cols=1, subplot_titles=titles, vertical_spacing=0.18,
+    figure = make_subplots(rows=len(traces), cols=1, subplot_titles=titles, vertical_spacing=0.16,
                            row_heights=[max(n, 3) for n in lanes])
     groups: list[str] = []
     for row, recorded in enumerate(traces, start=1):
-        groups += _add_trace_panel(figure, recorded, row, row == 1, max_hops)
+        groups += _add_trace_panel(figure, recorded, row, max_hops)
         if row < len(traces):
             figure.update_xaxes(title_text=None, row=row, col=1)
-    figure.update_layout(title=title, height=140 + 46 * sum(max(n, 3) for n in lanes),
-                         updatemenus=_toggle_buttons(groups), margin={"t": 100}, legend_title_text="kernel kind")
+    groups += _add_legend(figure, traces, max_hops)
+    _finish_trace_layout(figure, groups, title, height=270 + 46 * sum(max(n, 3) for n in lanes), top_margin=110)
     return figure
 
 
@@ -202,26 +233,42 @@ def fallback_bars(counts: dict[str, int], title: str = "Operators that reached t
     return figure
 
 
-def memory_figure(samples: Sequence[dict], capacities: dict[int, int] | None = None) -> go.Figure:
-    """Allocated, reserved and peak bytes per device over the samples, with each device's capacity as a line."""
+def memory_figure(samples: Sequence[dict], capacities: dict[int, int] | None = None,
+                  device_type: str | None = None) -> go.Figure:
+    """Allocated, reserved and peak MiB per device over the samples; devices and measures that stay at zero
+    are left out (the subtitle names them), a capacity within reach is a line."""
+    import torch
+
+    device_type = device_type or torch._C._get_privateuse1_backend_name()
     figure = go.Figure()
     devices = sorted({sample["device"] for sample in samples})
     dashes = {"allocated": "solid", "reserved": "dot", "peak": "dash"}
+    idle = []
     for device in devices:
         series = [sample for sample in samples if sample["device"] == device]
         steps = [sample["step"] for sample in series]
+        drawn = 0
         for measure, dash in dashes.items():
-            figure.add_trace(go.Scatter(x=steps, y=[sample[measure] / 2**20 for sample in series],
-                                        mode="lines+markers", name=f"sim:{device} {measure}",
+            values = [sample[measure] / 2**20 for sample in series]
+            if not any(values):
+                continue
+            drawn += 1
+            figure.add_trace(go.Scatter(x=steps, y=values, mode="lines+markers", name=f"{device_type}:{device} {measure}",
                                         line={"dash": dash}))
+        if not drawn:
+            idle.append(f"{device_type}:{device}")
         peak = max((sample["reserved"] for sample in series), default=0)
         if capacities and device in capacities and peak > 0.05 * capacities[device]:
             figure.add_hline(y=capacities[device] / 2**20, line_dash="longdash", line_color="#c62828",
-                             annotation_text=f"sim:{device} capacity")
-    title = "Device memory while the workload ran"
+                             annotation_text=f"{device_type}:{device} capacity")
+    notes = []
     if capacities:
-        title += " (capacity " + ", ".join(f"sim:{d} {c / 2**20:.0f} MiB" for d, c in sorted(capacities.items())) + ")"
-    figure.update_layout(title=title, xaxis_title="step", yaxis_title="MiB", height=420)
+        notes.append("capacity " + ", ".join(f"{device_type}:{d} {c / 2**20:,.0f} MiB" for d, c in sorted(capacities.items())))
+    if idle:
+        notes.append(f"{', '.join(idle)}: nothing allocated")
+    title = "Device memory while the workload ran" + (f"<br><sup>{'; '.join(notes)}</sup>" if notes else "")
+    figure.update_layout(title=title, xaxis_title="step", yaxis_title="MiB", height=440, margin={"t": 90},
+                         legend={"orientation": "h", "y": -0.2, "yanchor": "top", "x": 0})
     return figure
 
 
@@ -251,4 +298,32 @@ def profile_timeline_figure(spans: Sequence[TimelineSpan], title: str = "What th
                          yaxis={"categoryorder": "array", "categoryarray": rows[::-1]},
                          height=160 + 48 * len(rows), legend={"orientation": "h", "y": -0.35},
                          uniformtext={"minsize": 9, "mode": "hide"})
+    return figure
+
+
+def bringup_coverage_figure(progress: Sequence, highlight: str | None = None) -> go.Figure:
+    """The coverage after each bring-up step (engine: `guide.coverage_by_step()`): how ATen overloads resolve on
+    the backend key, and how many have a kernel of the backend's own on its Autograd and Autocast keys."""
+    labels = [f"{row.number}. {row.step.replace('_', ' ')}" for row in progress]
+    figure = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.7, 0.3], vertical_spacing=0.06)
+    for status in STATUS_ORDER:
+        figure.add_trace(go.Bar(x=labels, y=[row.counts.get(status, 0) for row in progress],
+                                name=status.replace("_", " "), marker_color=KIND_COLOURS[status],
+                                hovertemplate="%{x}: %{y} overloads<extra>" + status + "</extra>"), row=1, col=1)
+    for name, values, colour in (("own Autograd kernel", [row.autograd_kernels for row in progress], "#1e88e5"),
+                                 ("own Autocast kernel", [row.autocast_kernels for row in progress], "#8e24aa")):
+        figure.add_trace(go.Bar(x=labels, y=values, name=name, marker_color=colour, text=values,
+                                textposition="outside", cliponaxis=False,
+                                hovertemplate="%{x}: %{y} overloads<extra>" + name + "</extra>"), row=2, col=1)
+    if highlight is not None:
+        index = [row.step for row in progress].index(highlight)
+        for row in (1, 2):
+            figure.add_vrect(x0=index - 0.5, x1=index + 0.5, fillcolor="#ffe0b2", opacity=0.6, line_width=0,
+                             layer="below", row=row, col=1)
+    figure.update_layout(barmode="stack", height=560, margin={"t": 70, "l": 10, "r": 10},
+                         title="What each bring-up step adds to the operators sim can run",
+                         legend={"orientation": "h", "y": -0.32, "yanchor": "top", "x": 0})
+    figure.update_yaxes(title_text="ATen overloads", automargin=True, row=1, col=1)
+    figure.update_yaxes(title_text="kernels", automargin=True, row=2, col=1)
+    figure.update_xaxes(tickangle=-40, automargin=True, row=2, col=1)
     return figure

@@ -4,7 +4,8 @@ from __future__ import annotations
 import ipywidgets
 
 from pu1_explorer import guide
-from pu1_explorer.widgets.base import ExplorerWidget, escape, message_html
+from pu1_explorer.widgets.base import (ExplorerWidget, code_html, escape, folded_code_html, inline_code_html,
+                                       inline_markdown, message_html)
 
 
 def check_html(check: guide.StepCheck | None) -> str:
@@ -14,23 +15,32 @@ def check_html(check: guide.StepCheck | None) -> str:
                        else "<b style='color:#c62828'>fails</b>")
     coverage = ""
     if check.coverage_after is not None:
-        changed = ", ".join(escape(change.operator) for change in check.coverage_changes[:12])
+        changed = ", ".join(f"<code>{escape(change.operator)}</code>" for change in check.coverage_changes[:12])
         coverage = (f"<p>Coverage: {len(check.coverage_changes)} overloads change status on the sim keys"
                     + (f" (e.g. {changed}{' …' if len(check.coverage_changes) > 12 else ''})" if changed else "")
                     + f"; {check.coverage_before}% → {check.coverage_after}% run without the fallback.</p>")
+    output = "<pre style='white-space:pre-wrap;overflow-wrap:normal;word-break:normal;margin:0'>{}</pre>"
     return (f"<table><tr><th>before the step</th><td>{mark(check.before_succeeded)}</td>"
-            f"<td><pre style='white-space:pre-wrap'>{escape(check.before)}</pre></td></tr>"
+            f"<td>{output.format(escape(check.before))}</td></tr>"
             f"<tr><th>after the step</th><td>{mark(check.after_succeeded)}</td>"
-            f"<td><pre style='white-space:pre-wrap'>{escape(check.after)}</pre></td></tr></table>{coverage}")
+            f"<td>{output.format(escape(check.after))}</td></tr></table>{coverage}")
 
 
-def step_html(step: guide.GuideStep, check: guide.StepCheck | None, open_source: bool = False) -> str:
-    return (f"<h3>Step {step.number}: {escape(step.title)}</h3>"
-            f"<p style='white-space:pre-wrap'>{escape(step.explanation)}</p>"
-            f"<h4>The check</h4><pre>{escape(step.check_code)}</pre>{check_html(check)}"
-            f"<details{' open' if open_source else ''}><summary>The sim backend's source: "
-            f"<code>{escape(step.module_path)}</code></summary><pre>{escape(step.source)}</pre></details>"
-            f"<details><summary>What a vendor writes in C++</summary><pre>{escape(step.vendor_cpp)}</pre></details>")
+def sources_html(step: guide.GuideStep) -> str:
+    """The step's real code: sim's Python module and C++ file, then the C++ skeleton a vendor starts from."""
+    parts = [folded_code_html(f"sim's Python module <code>{escape(step.module_path)}</code>", step.source)]
+    if step.cpp_source is not None:
+        parts.append(folded_code_html(f"sim's C++ file <code>{escape(step.cpp_file)}</code>", step.cpp_source, "cpp"))
+    parts.append(folded_code_html("The C++ a vendor writes for this step, in short", step.vendor_cpp, "cpp"))
+    return "".join(parts)
+
+
+def step_html(step: guide.GuideStep, check: guide.StepCheck | None, heading: bool = True) -> str:
+    """One step: its title and explanation (unless the page around it says them), the check, the code."""
+    intro = (f"<h3>Step {step.number}: {inline_code_html(step.title)}</h3>{inline_markdown(step.explanation)}"
+             if heading else "")
+    return (f"{intro}<h4>The check</h4>{code_html(step.check_code)}{check_html(check)}"
+            f"<h4>The code of this step</h4>{sources_html(step)}")
 
 
 class GuideStepper(ExplorerWidget):
@@ -87,7 +97,10 @@ class GuideStepper(ExplorerWidget):
         self.body.value = step_html(self.step, self.checks.get(self.step.name))
 
     def static_html(self) -> str:
+        if len(self.steps) == 1:  # a step's own page: its heading and text already say what the step is
+            return f"<div class='explorer-widget guide'>{step_html(self.step, self.checks.get(self.step.name), False)}</div>"
         sections = "".join(
-            f"<details{' open' if i == self.index else ''}><summary><b>Step {s.number}: {escape(s.title)}</b>"
-            f"</summary>{step_html(s, self.checks.get(s.name))}</details>" for i, s in enumerate(self.steps))
+            f"<details{' open' if i == self.index else ''}><summary><b>Step {s.number}: "
+            f"{inline_code_html(s.title)}</b></summary>{inline_markdown(s.explanation)}"
+            f"{step_html(s, self.checks.get(s.name), False)}</details>" for i, s in enumerate(self.steps))
         return f"<div class='explorer-widget guide'>{sections}</div>"

@@ -62,12 +62,12 @@ class FallbackMonitor(_WorkloadWidget):
         if not self.report or not self.report.calls:
             return "<p>No operator reached the fallback.</p>"
         rows = "".join(
-            f"<tr><td><code>{escape(e.operator)}</code></td><td>{e.count}</td>"
+            f"<tr><td><code style='white-space:nowrap'>{escape(e.operator)}</code></td><td>{e.count}</td>"
             f"<td>{escape('; '.join(s for s, _ in e.shapes.most_common(2)))}</td>"
             f"<td>{escape('; '.join(s for s, _ in e.call_sites.most_common(2)))}</td></tr>"
             for e in self.report.ranked())
-        return ("<table><thead><tr><th>operator</th><th>calls</th><th>shapes</th><th>call sites</th></tr></thead>"
-                f"<tbody>{rows}</tbody></table>")
+        return ("<div style='overflow-x:auto'><table><thead><tr><th>operator</th><th>calls</th><th>shapes</th>"
+                f"<th>call sites</th></tr></thead><tbody>{rows}</tbody></table></div>")
 
     def static_html(self) -> str:
         return f"<div class='explorer-widget'>{self.status.value}{self.table_html()}{figure_html(self.figure())}</div>"

@@ -8,7 +8,8 @@ from pu1_explorer.widgets.figures import compare_figure, trace_figure
 
 
 def marker_traces(figure):
-    return [trace for trace in figure.data if trace.mode == "markers"]
+    """The traces that draw hops (the legend has entries of its own)."""
+    return [trace for trace in figure.data if trace.mode == "markers" and trace.showlegend is False]
 
 
 def test_visualizer_draws_lanes_in_dispatch_order_and_compares_devices():
@@ -148,3 +149,76 @@ def test_big_traces_are_cut_to_the_drawing_limit():
     assert drawn == 500 and "drawing the first 500" in widget.status.value
     assert compare_figure(widget.traces * 2, max_hops=100).layout.updatemenus
     assert trace_figure(widget.traces[0], max_hops=100).layout.title.text.startswith("Dispatcher trace on sim")
+
+
+def test_the_legend_keeps_what_the_remaining_markers_mean_when_decompositions_collapse():
+    widget = DispatchVisualizer(compare_with=None)
+    figure = widget.figure()
+    collapse = next(button for button in figure.layout.updatemenus[0].buttons if button.label == "collapse decompositions")
+    visible = collapse.args[0]["visible"]
+    shown_kinds = {trace.name for trace, on in zip(figure.data, visible) if on and trace in marker_traces(figure)}
+    legend = {trace.name for trace, on in zip(figure.data, visible) if on and trace.showlegend is not False}
+    assert "autograd" in shown_kinds and {kind.replace("_", " ") for kind in shown_kinds} <= legend
+    assert any(name.startswith("backward pass") for name in legend)
+
+
+def test_the_buttons_sit_between_the_title_and_the_first_panel_title():
+    widget = DispatchVisualizer()
+    figure = widget.figure()
+    layout = figure.layout
+    plot_height = layout.height - layout.margin.t - layout.margin.b
+    buttons_top_px = (layout.updatemenus[0].y - 1) * plot_height  # above the plot area, in pixels
+    panel_title = next(annotation for annotation in layout.annotations if annotation.text == "on sim")
+    assert panel_title.y == 1 and panel_title.yanchor == "bottom"
+    assert buttons_top_px >= 30 + 20  # the buttons (30 px) clear the panel title (20 px) below them
+    assert buttons_top_px <= layout.margin.t - 30  # and stay under the figure's title
+    assert all(trace.marker.size >= 6 for trace in marker_traces(figure))
+
+
+def test_the_memory_chart_leaves_out_series_that_stay_at_zero():
+    from pu1_explorer.widgets.figures import memory_figure
+
+    samples = [{"device": device, "step": step, "allocated": (step << 20) * (device == 0), "reserved": (4 << 20) * (device == 0),
+                "peak": (step << 20) * (device == 0)} for device in (0, 1) for step in range(3)]
+    figure = memory_figure(samples, {0: 1 << 30, 1: 1 << 30}, device_type="mydev")
+    assert sorted(trace.name for trace in figure.data) == ["mydev:0 allocated", "mydev:0 peak", "mydev:0 reserved"]
+    assert "mydev:1: nothing allocated" in figure.layout.title.text and "<br>" in figure.layout.title.text
+
+
+def test_a_step_page_shows_the_python_module_and_the_cpp_file_highlighted_and_no_raw_markdown():
+    page = GuideStepper(start="distributed", only=["distributed"]).static_html()
+    assert "<h3>" not in page  # the page's own heading and text say what the step is
+    assert "backend/distributed.py" in page and "backend/csrc/distributed.cpp" in page
+    assert "c10d::Backend" in page and "<span style=" in page  # the real C++, highlighted
+    assert "white-space:pre;" in page and "pre-wrap" not in page.split("The code of this step")[1]
+    live = GuideStepper(start="distributed").body.value
+    introduction = live.split("<h4>The check</h4>")[0]
+    assert introduction.count("Step 14") == 1 and "`" not in introduction and "<code>" in introduction
+
+
+def test_the_fallback_table_keeps_operator_names_whole():
+    x = torch.rand(4, device="sim")
+    monitor = FallbackMonitor()
+    monitor.run(lambda step: torch.special.erfcx(x), steps=1)
+    assert "<code style='white-space:nowrap'>aten::special_erfcx.out</code>" in monitor.table_html()
+
+
+def test_coverage_by_step_shows_where_operators_autograd_and_autocast_arrive():
+    from pu1_explorer.guide import coverage_by_step
+    from pu1_explorer.widgets.figures import bringup_coverage_figure
+
+    progress = {row.step: row for row in coverage_by_step()}
+    assert progress["allocator"].counts["kernel"] == 0 and progress["allocator"].counts["fallback"] == 0
+    assert progress["operators"].counts["kernel"] > 100 and progress["operators"].counts["missing"] == 0
+    assert progress["generator"].autograd_kernels == 0 < progress["autograd"].autograd_kernels
+    assert progress["autograd"].autocast_kernels == 0 < progress["amp"].autocast_kernels
+    figure = bringup_coverage_figure(list(progress.values()), highlight="amp")
+    assert len(figure.data[0].x) == len(progress) and figure.layout.shapes
+
+
+def test_the_coverage_page_lists_every_overload_with_a_search_box(monkeypatch):
+    monkeypatch.setenv("EXPLORER_STATIC", "1")
+    widget = CoverageExplorer(device="sim")
+    page = widget.static_html()
+    assert page.count("<tr><td><code style='white-space:nowrap'>") == len(widget.snapshot.rows) > 2000
+    assert "type='search'" in page and "oninput=" in page

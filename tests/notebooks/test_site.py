@@ -1,34 +1,253 @@
-"""The docs site: the real strict build, and links between its pages that lead somewhere."""
+"""The docs site: the real strict build, served on 127.0.0.1 and visited page by page in Chromium."""
+import html.parser
 import importlib.util
+import json
 import os
+import re
 import subprocess
 import sys
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
+import nbformat
+import pytest
+
+from tests.browser import CHROMIUM_FLAGS, chromium_path
+
 ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = ROOT / "build" / "site-screenshots"
+VIEWPORTS = {"desktop": {"width": 1280, "height": 900}, "phone": {"width": 390, "height": 844}}
+
+pytestmark = pytest.mark.xdist_group("site")  # one worker builds the site once for every test here
 
 
-def site_hooks():
-    spec = importlib.util.spec_from_file_location("site_hooks", ROOT / "docs" / "hooks" / "notebooks.py")
-    hooks = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(hooks)
-    return hooks
+def load_hook(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "docs" / "hooks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The site, built strictly by the real mkdocs build as `make docs` builds it (or, while working on
+    these tests, a site built before: PU1_BUILT_SITE=site)."""
+    if os.environ.get("PU1_BUILT_SITE"):
+        return Path(os.environ["PU1_BUILT_SITE"]).resolve()
+    folder = tmp_path_factory.mktemp("site") / "site"
+    environment = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+    build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(folder)],
+                           cwd=ROOT, capture_output=True, text=True, timeout=1800, env=environment)
+    assert build.returncode == 0, build.stderr[-3000:]
+    assert "without encryption" not in build.stderr, "a notebook kernel talked to the build over TCP"
+    return folder
+
+
+@pytest.fixture(scope="module")
+def served(site) -> str:
+    """The site's address on 127.0.0.1, served as `make docs` serves it."""
+    server = load_hook("serve_site").site_server(site, 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+
+
+def pages_of(site: Path) -> list[str]:
+    return sorted(str(path.relative_to(site).parent).replace(".", "") for path in site.rglob("index.html")
+                  if "assets" not in path.parts)
+
+
+class _Anchors(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.ids: set[str] = set()
+        self.hrefs: set[str] = set()
+
+    def handle_starttag(self, tag, attributes):
+        attributes = dict(attributes)
+        for name in ("id", "name"):
+            if attributes.get(name):
+                self.ids.add(attributes[name])
+        if tag == "a" and attributes.get("href"):
+            self.hrefs.add(attributes["href"])
+
+
+def parsed(path: Path) -> _Anchors:
+    anchors = _Anchors()
+    anchors.feed(path.read_text(errors="replace"))
+    return anchors
 
 
 def test_the_link_check_finds_a_dead_link(tmp_path):
     (tmp_path / "guide").mkdir()
     (tmp_path / "guide" / "index.html").write_text('<a href="../notebooks/missing/">x</a> <a href="#top">y</a>')
     (tmp_path / "index.html").write_text('<a href="guide/">guide</a> <a href="https://example.org/">out</a>')
-    assert site_hooks().dead_links(tmp_path) == ["guide/index.html: ../notebooks/missing/"]
+    assert load_hook("notebooks").dead_links(tmp_path) == ["guide/index.html: ../notebooks/missing/"]
 
 
-def test_the_site_builds_strictly_and_every_link_between_its_pages_resolves(tmp_path):
-    site = tmp_path / "site"
-    environment = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-                           cwd=ROOT, capture_output=True, text=True, timeout=1800, env=environment)
-    assert build.returncode == 0, build.stderr[-3000:]
-    assert site_hooks().dead_links(site) == []
+def test_serving_a_folder_without_a_site_is_a_clear_error(tmp_path):
+    with pytest.raises(SystemExit, match="holds no built site.*make docs"):
+        load_hook("serve_site").site_server(tmp_path, 0)
+
+
+def test_every_link_and_anchor_between_the_pages_resolves(site):
+    assert load_hook("notebooks").dead_links(site) == []
     # a notebook's "Next:" link to the next notebook leads to that notebook's page
     page = (site / "notebooks" / "guide_13_compile" / "index.html").read_text()
     assert 'href="../guide_14_distributed/"' in page and 'href="guide_14_distributed.ipynb"' not in page
+    missing = []
+    for path in sorted(site.rglob("*.html")):
+        for href in parsed(path).hrefs:
+            link = urllib.parse.urlsplit(href)
+            if link.scheme or link.netloc or not link.fragment or href.endswith(".ipynb"):
+                continue
+            target = path if not link.path else (path.parent / urllib.parse.unquote(link.path)).resolve()
+            target = target / "index.html" if target.is_dir() else target
+            if target.is_file() and urllib.parse.unquote(link.fragment) not in parsed(target).ids:
+                missing.append(f"{path.relative_to(site)}: {href}")
+    assert missing == []
+
+
+def test_titles_keep_their_inline_code(site):
+    title = (site / "notebooks" / "guide_11_autoload" / "index.html").read_text()
+    assert "<title>Step 11: Load the backend with import torch - " in title
+    index = json.loads((site / "search" / "search_index.json").read_text())
+    titles = {entry["location"]: entry["title"] for entry in index["docs"]}
+    assert titles["notebooks/03_device_generic_tests/"].startswith("Device-generic tests: PyTorch's OpInfo tests on sim")
+
+
+def test_plotly_loads_only_on_pages_that_draw_and_never_blocks_the_first_paint(site):
+    for page in pages_of(site) + ["404.html"]:
+        text = (site / page / "index.html" if not page.endswith(".html") else site / page).read_text()
+        draws = 'class="plotly-graph-div"' in text
+        assert ("plotly.min.js" in text) == draws, page
+        if draws:
+            assert '<script defer src="' in text.split("plotly.min.js")[0].rsplit("\n", 1)[-1], page
+    pages_without_figures = [page for page in pages_of(site)
+                             if 'class="plotly-graph-div"' not in (site / page / "index.html").read_text()]
+    assert pages_without_figures, "every page draws: the plotly-free case is not tested"
+
+
+def test_a_page_without_figures_weighs_at_most_1_5_mb(site):
+    """The page and the scripts and stylesheets it loads, plotly.js included where a page draws."""
+    def weight(page: Path) -> int:
+        text = page.read_text()
+        assets = re.findall(r'<script[^>]+src="([^"]+)"', text) + re.findall(r'<link[^>]+rel="stylesheet"[^>]+href="([^"]+)"', text)
+        return len(text.encode()) + sum((page.parent / asset).resolve().stat().st_size for asset in assets
+                                        if not urllib.parse.urlsplit(asset).scheme)
+    pages = [site / name / "index.html" for name in pages_of(site)]
+    heavy = {str(page.relative_to(site)): weight(page) for page in pages
+             if 'class="plotly-graph-div"' not in page.read_text() and weight(page) > 1.5e6}
+    assert heavy == {}
+    assert weight(site / "notebooks" / "01_quickstart" / "index.html") > 4e6  # a page that draws loads plotly.js
+
+
+def test_a_missing_page_gets_the_sites_own_404_page(served):
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        urllib.request.urlopen(served + "notebooks/no_such_page/", timeout=30)
+    assert missing.value.code == 404 and "The PrivateUse1 explorer" in missing.value.read().decode()
+
+
+def test_every_notebook_page_draws_a_figure(site):
+    without = [path.parent.name for path in sorted(site.glob("notebooks/*/index.html"))
+               if 'class="plotly-graph-div"' not in path.read_text()]
+    assert without == []
+
+
+def test_the_landing_page_shows_a_trace_and_the_coverage_made_at_build_time(site):
+    home = (site / "index.html").read_text()
+    assert home.count('class="plotly-graph-div"') == 2 and "hops through the dispatcher" in home
+    assert re.search(r"<b>\d+\.\d+%</b> of the [\d,]+ ATen overloads run on <code>sim</code>", home)
+
+
+def test_no_page_shows_a_folder_of_the_machine_that_built_it(site):
+    leaks = [str(path.relative_to(site)) for path in site.rglob("*.html")
+             if str(ROOT) in path.read_text(errors="replace").replace("\\u002f", "/")]
+    assert leaks == []
+
+
+def visit(page, url: str) -> None:
+    page.goto(url, wait_until="load")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.plotly-graph-div')].every(figure => figure.querySelector('.main-svg'))",
+        timeout=30_000)
+
+
+def test_every_page_in_chromium_draws_without_errors_or_network(site, served):
+    """Every page at desktop and phone width: no console or page errors, no request off 127.0.0.1, every
+    figure drawn with a size; screenshots of each go to build/site-screenshots."""
+    from playwright.sync_api import sync_playwright
+
+    problems: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS)
+        try:
+            for viewport_name, viewport in VIEWPORTS.items():
+                folder = SCREENSHOTS / viewport_name
+                folder.mkdir(parents=True, exist_ok=True)
+                page = browser.new_page(viewport=viewport)
+                current = {"url": ""}
+                page.on("console", lambda message: problems.append(f"{current['url']}: console {message.text}")
+                        if message.type == "error" else None)
+                page.on("pageerror", lambda error: problems.append(f"{current['url']}: {error}"))
+                page.on("request", lambda request: problems.append(f"{current['url']}: requested {request.url}")
+                        if urllib.parse.urlsplit(request.url).hostname not in (None, "127.0.0.1")
+                        and not request.url.startswith(("data:", "blob:")) else None)
+                for name in pages_of(site):
+                    current["url"] = served + name + ("/" if name else "")
+                    visit(page, current["url"])
+                    for index, box in enumerate(page.eval_on_selector_all(
+                            ".plotly-graph-div", "figures => figures.map(f => f.getBoundingClientRect().toJSON())")):
+                        if box["width"] < 100 or box["height"] < 100:
+                            problems.append(f"{name or 'home'} ({viewport_name}): figure {index + 1} is {box['width']:.0f}×{box['height']:.0f} px")
+                    overflow = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
+                    if overflow > 1:
+                        problems.append(f"{name or 'home'} ({viewport_name}): the page is {overflow} px wider than the screen")
+                    page.screenshot(path=str(folder / f"{name.replace('/', '_') or 'home'}.png"), full_page=True)
+                page.close()
+        finally:
+            browser.close()
+    assert problems == []
+
+
+def test_download_links_give_valid_notebooks(site, served):
+    downloads = 0
+    for name in pages_of(site):
+        text = (site / name / "index.html").read_text()
+        for href in parsed(site / name / "index.html").hrefs:
+            if href.endswith(".ipynb") and f'href="{href}" download' in text:
+                with urllib.request.urlopen(urllib.parse.urljoin(served + name + "/", href), timeout=30) as response:
+                    nbformat.validate(nbformat.reads(response.read().decode(), as_version=4))
+                downloads += 1
+    assert downloads == len(list(site.glob("notebooks/*/index.html")))
+
+
+def test_search_finds_the_allocator_page_and_the_dark_palette_toggles(served):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_page(viewport=VIEWPORTS["desktop"])
+            page.goto(served + "notebooks/01_quickstart/", wait_until="load")
+            page.click("input.md-search__input")
+            page.keyboard.type("allocator")
+            page.wait_for_selector(".md-search-result__link[href*='guide_04_allocator']", timeout=30_000)
+
+            page.keyboard.press("Escape")
+            page.wait_for_function("() => document.querySelector('.plotly-graph-div .main-svg')", timeout=30_000)
+            light = page.eval_on_selector(".plotly-graph-div .main-svg", "svg => getComputedStyle(svg).backgroundColor")
+            scheme = page.get_attribute("body", "data-md-color-scheme")
+            page.locator("form[data-md-component=palette] label:visible").first.click()
+            page.wait_for_function(f"() => document.body.getAttribute('data-md-color-scheme') !== '{scheme}'")
+            assert page.get_attribute("body", "data-md-color-scheme") == "slate"
+            page.wait_for_function(
+                f"() => getComputedStyle(document.querySelector('.plotly-graph-div .main-svg')).backgroundColor !== '{light}'",
+                timeout=10_000)
+            page.screenshot(path=str(SCREENSHOTS / "quickstart-dark.png"), full_page=True)
+        finally:
+            browser.close()

@@ -8,11 +8,12 @@ from pu1_explorer.dispatch_table import (
     DEFAULT_KEYS, KERNEL_KINDS, KernelEntry, UnknownOperatorError, all_operators, computed_table, dispatch_table,
     resolve_operator,
 )
+from pu1_explorer.keyset import KeySetPicture, key_set
 from pu1_explorer.profile import TimelineSpan, timeline
 from pu1_explorer.tracer import Hop, Trace, trace
 
 __all__ = [
     "CoverageChange", "CoverageRow", "CoverageSnapshot", "coverage", "diff", "DEFAULT_KEYS", "KERNEL_KINDS",
     "KernelEntry", "UnknownOperatorError", "all_operators", "computed_table", "dispatch_table", "resolve_operator",
-    "Hop", "Trace", "trace", "TimelineSpan", "timeline",
+    "Hop", "Trace", "trace", "TimelineSpan", "timeline", "KeySetPicture", "key_set",
 ]

@@ -7,7 +7,8 @@ from pu1_explorer.widgets.base import setup_notebook, static_mode
 from pu1_explorer.widgets.coverage import CoverageExplorer
 from pu1_explorer.widgets.dispatch import DispatchTable, DispatchVisualizer
 from pu1_explorer.widgets.guide import GuideStepper
+from pu1_explorer.widgets.keyset import KeySetView
 from pu1_explorer.widgets.monitors import FallbackMonitor, MemoryMonitor
 
 __all__ = ["CoverageExplorer", "DispatchTable", "DispatchVisualizer", "FallbackMonitor", "GuideStepper",
-           "MemoryMonitor", "setup_notebook", "static_mode"]
+           "KeySetView", "MemoryMonitor", "setup_notebook", "static_mode"]

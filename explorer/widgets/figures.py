@@ -327,3 +327,68 @@ def bringup_coverage_figure(progress: Sequence, highlight: str | None = None) ->
     figure.update_yaxes(title_text="kernels", automargin=True, row=2, col=1)
     figure.update_xaxes(tickangle=-40, automargin=True, row=2, col=1)
     return figure
+
+
+KEYSET_STATES = {0: ("unset", "#eceff1"), 1: ("set", "#2e7d32"), 2: ("added by the thread's include set", "#1e88e5"),
+                 3: ("removed by the thread's exclude set", "#c62828")}
+
+
+def key_set_figure(picture) -> go.Figure:
+    """A key set (engine: `keyset.key_set()`) as functionality bits × backend bits, then the other functionality
+    bits it touches; green is set, blue added by the thread's include set, red removed by its exclude set."""
+    def state(bit) -> int:
+        return 3 if bit.excluded else 2 if bit.included else 1 if bit.in_tensor else 0
+
+    backends = picture.backend_bits
+    columns = [f"{bit.name} ({picture.device_name})" if bit.name == "PrivateUse1" else bit.name for bit in backends]
+    functionality = {bit.name: bit for bit in picture.functionality_bits}
+    runtime = {(key.functionality, key.backend): key.name for key in picture.runtime_keys}
+    rows = ["backend bit"] + picture.per_backend
+    z, text, hover = [], [], []
+    for row in rows:
+        z_row, text_row, hover_row = [], [], []
+        for bit in backends:
+            if row == "backend bit":
+                value, name, index = state(bit), bit.name, f"bit {bit.index}"
+            else:
+                f = functionality[row]
+                value = (3 if f.excluded and bit.in_tensor else 0 if not (bit.in_tensor or bit.included)
+                         else state(f) if (f.in_tensor or f.included) else 0)
+                name, index = runtime.get((row, bit.name), f"{row} × {bit.name}"), f"bits {f.index} and {bit.index}"
+            z_row.append(value)
+            text_row.append({0: "", 1: "●", 2: "+", 3: "✕"}[value])
+            hover_row.append(f"<b>{name}</b> ({index})<br>{KEYSET_STATES[value][0]}")
+        z.append(z_row)
+        text.append(text_row)
+        hover.append(hover_row)
+    others = [bit for bit in picture.functionality_bits
+              if bit.name not in picture.per_backend and (bit.in_tensor or bit.included or bit.excluded)]
+    scale = []
+    for value, (_, colour) in KEYSET_STATES.items():
+        scale += [[value / 4, colour], [(value + 1) / 4, colour]]
+    figure = make_subplots(rows=2, cols=1, row_heights=[len(rows), max(len(others), 1)], vertical_spacing=0.14,
+                           subplot_titles=["", "the other functionality bits this key set touches"])
+    figure.add_trace(go.Heatmap(z=z, x=columns, y=rows, text=text, texttemplate="%{text}", hovertext=hover,
+                                hoverinfo="text", colorscale=scale, zmin=-0.5, zmax=3.5, showscale=False,
+                                xgap=2, ygap=2), row=1, col=1)
+    figure.add_trace(go.Heatmap(z=[[state(bit)] for bit in others], x=["bit"],
+                                y=[f"{bit.name} (bit {bit.index})" for bit in others],
+                                text=[[KEYSET_STATES[state(bit)][0]] for bit in others], texttemplate="%{text}",
+                                hoverinfo="skip", colorscale=scale, zmin=-0.5, zmax=3.5, showscale=False, xgap=2,
+                                ygap=2), row=2, col=1)
+    for value, (meaning, colour) in list(KEYSET_STATES.items())[1:]:
+        figure.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=meaning,
+                                    marker={"symbol": "square", "size": 12, "color": colour}))
+    unset = sum(1 for bit in picture.functionality_bits if bit.name not in picture.per_backend) - len(others)
+    figure.update_layout(
+        title={"text": f"{picture.label}: dispatch starts at {picture.first_key}<br><sup>{len(backends)} backend bits "
+                       f"and {len(picture.functionality_bits)} functionality bits; {unset} functionality bits unset "
+                       f"are not drawn</sup>", "y": 0.975, "yanchor": "top"},
+        height=300 + 30 * (len(rows) + max(len(others), 1)), margin={"t": 170, "l": 10, "r": 10, "b": 60},
+        legend={"orientation": "h", "y": -0.08, "yanchor": "top", "x": 0}, plot_bgcolor="white")
+    figure.update_xaxes(tickangle=-45, side="top", title_text="backend bits × per-backend functionality bits",
+                        title_standoff=6, row=1, col=1)
+    figure.update_xaxes(showticklabels=False, row=2, col=1)
+    figure.update_yaxes(autorange="reversed", automargin=True)
+    figure.update_annotations(font_size=12)
+    return figure

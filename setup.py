@@ -66,7 +66,7 @@ class BuildCore(BuildExtension):
 
     def build_extension(self, extension) -> None:
         log_path = Path(tempfile.mkdtemp(prefix="sim-build-")) / f"{extension.name}.log"
-        print(f"compiling {extension.name} from {len(extension.sources)} C++ file(s) (about a minute); "
+        print(f"compiling {extension.name} from {len(extension.sources)} C++ file(s) (a few minutes on 2 cores); "
               f"log: {log_path}", file=sys.stderr, flush=True)
         with open(log_path, "w") as log:
             saved_out, saved_err = os.dup(1), os.dup(2)

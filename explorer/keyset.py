@@ -56,6 +56,7 @@ class KeySetPicture:
     exclude: int  # the thread's local exclude set
     effective: int  # (raw | include) minus exclude, as the dispatcher computes it
     first_key: str  # the highest-priority key of the effective set: where dispatch starts
+    keys: list[str] = field(default_factory=list)  # the effective set's runtime keys, in the order they are tried
     backend_bits: list[Bit] = field(default_factory=list)
     functionality_bits: list[Bit] = field(default_factory=list)
     per_backend: list[str] = field(default_factory=list)  # functionalities that combine with backend bits
@@ -116,44 +117,67 @@ def layout() -> tuple[dict[int, str], dict[int, str], dict[tuple[int, int], str]
     return backends, functionalities, runtime
 
 
+def _describe(tensor: torch.Tensor) -> str:
+    grad = ", requires grad" if tensor.requires_grad else ""
+    return f"{str(tensor.dtype).removeprefix('torch.')} tensor on {tensor.device}{grad}"
+
+
 def _word_of(subject: object) -> tuple[int, str]:
     if isinstance(subject, torch.Tensor):
-        return torch._C._dispatch_keys(subject).raw_repr(), f"a {subject.dtype} tensor on {subject.device}"
+        return torch._C._dispatch_keys(subject).raw_repr(), _describe(subject)
     if isinstance(subject, DispatchKeySet):
         return subject.raw_repr(), "a key set"
+    if isinstance(subject, DispatchKey):
+        return DispatchKeySet(subject).raw_repr(), f"the key {subject.name}"
     if isinstance(subject, (str, torch.device)):
         try:
             device = torch.device(subject)
         except RuntimeError as error:
             raise ValueError(f"{subject!r} is not a device ({error}); pass a tensor, a device such as "
                              f"'{torch._C._get_privateuse1_backend_name()}' or a DispatchKeySet") from None
-        return torch._C._dispatch_keys(torch.empty(0, device=device)).raw_repr(), f"an empty tensor on {device}"
-    raise TypeError(f"key_set() takes a tensor, a device or a DispatchKeySet, not {type(subject).__name__}")
+        try:
+            tensor = torch.empty(0, device=device)
+        except (RuntimeError, AssertionError, NotImplementedError) as error:
+            reason = (str(error).splitlines() or [type(error).__name__])[0].split(". ")[0][:160]
+            raise ValueError(f"cannot make a tensor on {device} in this process ({reason}); pass a "
+                             f"DispatchKeySet instead") from None
+        return torch._C._dispatch_keys(tensor).raw_repr(), f"new {_describe(tensor)}"
+    raise TypeError(f"key_set() takes a tensor, a device, a DispatchKey or a DispatchKeySet, "
+                    f"not {type(subject).__name__}")
 
 
-def key_set(subject: object, include_thread_local: bool = True) -> KeySetPicture:
-    """The key set of a tensor (or of a new tensor on a device, or a DispatchKeySet), bit by bit, with what the
-    current thread's local include and exclude sets do to it."""
+def priority_order(word: int) -> list[str]:
+    """The runtime keys of a key set, highest priority first: the order the dispatcher tries them."""
+    remaining, order = DispatchKeySet.from_raw_repr(word), []
+    while (key := remaining.highestPriorityTypeId()) != DispatchKey.Undefined:
+        order.append(key.name)
+        remaining = remaining.remove(key)
+    return order
+
+
+def key_set(subject: object, *, include_thread_local: bool = True) -> KeySetPicture:
+    """A tensor's key set (or a new tensor's on a device, or a key's, or a key set's) bit by bit, with what the
+    current thread's local include and exclude sets do to it (`include_thread_local=False` leaves them out)."""
     raw, label = _word_of(subject)
     include = torch._C._dispatch_tls_local_include_set().raw_repr() if include_thread_local else 0
     exclude = torch._C._dispatch_tls_local_exclude_set().raw_repr() if include_thread_local else 0
     backends, functionalities, runtime = layout()
     backend_mask = sum(1 << index for index in backends)
     effective = (raw | include) & (backend_mask | ~exclude) & ((1 << WORD_BITS) - 1)
-    first = DispatchKeySet.from_raw_repr(effective).highestPriorityTypeId() if effective else DispatchKey.Undefined
+    keys = priority_order(effective)
     device_name = torch._C._get_privateuse1_backend_name()
 
     def bit(index: int, name: str, is_backend: bool) -> Bit:
         return Bit(index, name, bool(raw >> index & 1), bool(include >> index & 1 and not raw >> index & 1),
                    bool(not is_backend and exclude >> index & 1 and (raw | include) >> index & 1))
 
-    per_backend = sorted({functionalities[f] for f, _ in runtime}, key=lambda name: _bits(_raw(DispatchKey.__members__[name]))[0])
+    per_backend = [functionalities[index] for index in sorted({f for f, _ in runtime})]
     return KeySetPicture(
         label=label, device_name=device_name, raw=raw, include=include, exclude=exclude, effective=effective,
-        first_key=first.name,
+        first_key=keys[0] if keys else DispatchKey.Undefined.name, keys=keys,
         backend_bits=[bit(index, name, True) for index, name in sorted(backends.items())],
         functionality_bits=[bit(index, name, False) for index, name in sorted(functionalities.items())],
         per_backend=per_backend,
-        runtime_keys=[RuntimeKey(name, functionalities[f], backends[b], bool(effective >> f & 1 and effective >> b & 1))
+        runtime_keys=[RuntimeKey(name, functionalities[f], backends[b], bool(effective >> f & effective >> b & 1))
                       for (f, b), name in sorted(runtime.items())],
     )

@@ -6,6 +6,8 @@
 // simccl moves no bytes itself: it hands the host's Gloo backend CPU views of the very same
 // device memory (no staging copies), and wraps Gloo's work so that wait() and futures give back
 // the caller's sim tensors. Every tensor is checked to be on sim before anything is sent.
+#include "sim.h"
+
 #include <torch/extension.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -15,8 +17,6 @@
 #include <vector>
 
 namespace sim {
-
-at::Tensor host_view(const at::Tensor& device_tensor);  // sim_runtime.cpp
 
 constexpr const char* kBackendName = "simccl";
 

@@ -16,6 +16,8 @@
 // sim runs its kernels synchronously on the host, so a kernel's device time is the time its host
 // kernel took.
 #define USE_KINETO 1
+#include "sim.h"
+
 #include <torch/extension.h>
 #include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
 #include <torch/csrc/profiler/stubs/base.h>
@@ -205,7 +207,7 @@ struct SimProfilerStubs final : ProfilerStubs {
   }
 };
 
-void install_profiler() {
+static void install_profiler() {
   static SimProfilerStubs stubs;
   torch::profiler::impl::registerPrivateUse1Methods(&stubs);
   static std::once_flag registered;
@@ -214,5 +216,7 @@ void install_profiler() {
         [] { return std::make_unique<SimActivityProfiler>(); });
   });
 }
+
+void bind_profiler(pybind11::module& module) { module.def("install_profiler", &install_profiler); }
 
 }  // namespace sim

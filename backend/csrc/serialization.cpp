@@ -5,6 +5,8 @@
 // PrivateUse1 register two functions that turn it into the {name: bool} map torch.save writes and
 // back; torch._utils.get_tensor_metadata / set_tensor_metadata call the same two. sim keeps any
 // boolean flags a user attaches, so the guide can show them surviving a save and a load.
+#include "sim.h"
+
 #include <torch/extension.h>
 #include <torch/csrc/jit/serialization/pickler_helper.h>
 
@@ -41,11 +43,15 @@ static void set_metadata(const at::Tensor& tensor, std::unordered_map<std::strin
   impl->set_backend_meta(meta);
 }
 
-void install_tensor_metadata() {
+static void install_tensor_metadata() {
   static bool installed = false;  // PyTorch refuses a second registration for the same device type
   if (installed) return;
   torch::jit::TensorBackendMetaRegistry(c10::DeviceType::PrivateUse1, &metadata_of, &set_metadata);
   installed = true;
+}
+
+void bind_serialization(pybind11::module& module) {
+  module.def("install_tensor_metadata", &install_tensor_metadata);
 }
 
 }  // namespace sim

@@ -14,6 +14,7 @@ from plotly.subplots import make_subplots
 
 from pu1_explorer.coverage import STATUS_ORDER, CoverageSnapshot
 from pu1_explorer.dispatch_table import KERNEL_KINDS, KIND_DESCRIPTIONS, KernelEntry
+from pu1_explorer.keyset import Bit, KeySetPicture
 from pu1_explorer.profile import TimelineSpan
 from pu1_explorer.tracer import Hop, Trace, key_priority
 
@@ -331,33 +332,56 @@ def bringup_coverage_figure(progress: Sequence, highlight: str | None = None) ->
 
 KEYSET_STATES = {0: ("unset", "#eceff1"), 1: ("set", "#2e7d32"), 2: ("added by the thread's include set", "#1e88e5"),
                  3: ("removed by the thread's exclude set", "#c62828")}
+KEYSET_MARKS = {0: "", 1: "●", 2: "+", 3: "✕"}
 
 
-def key_set_figure(picture) -> go.Figure:
+def _wrapped(parts: Sequence[str], separator: str, width: int, prefix: str = "") -> str:
+    """`prefix` then `parts` joined by `separator`, broken with <br> so that no line is longer than `width`
+    characters (unless a single part is)."""
+    lines = [prefix]
+    for part in parts:
+        candidate = lines[-1] + (separator if lines[-1] != prefix else "") + part
+        if lines[-1] and lines[-1] != prefix and len(candidate) > width:
+            lines[-1] += separator.rstrip()
+            lines.append(part)
+        else:
+            lines[-1] = candidate
+    return "<br>".join(lines)
+
+
+def key_set_figure(picture: KeySetPicture, title: str | None = None) -> go.Figure:
     """A key set (engine: `keyset.key_set()`) as functionality bits × backend bits, then the other functionality
-    bits it touches; green is set, blue added by the thread's include set, red removed by its exclude set."""
-    def state(bit) -> int:
+    bits it touches; green is set, blue added by the thread's include set, red (✕) removed by its exclude set."""
+    def state(bit: Bit) -> int:
         return 3 if bit.excluded else 2 if bit.included else 1 if bit.in_tensor else 0
+
+    def mark(value: int, key: str) -> str:
+        return "1st" if value in (1, 2) and key == picture.first_key else KEYSET_MARKS[value]
 
     backends = picture.backend_bits
     columns = [f"{bit.name} ({picture.device_name})" if bit.name == "PrivateUse1" else bit.name for bit in backends]
     functionality = {bit.name: bit for bit in picture.functionality_bits}
     runtime = {(key.functionality, key.backend): key.name for key in picture.runtime_keys}
-    rows = ["backend bit"] + picture.per_backend
+    first_backend, last_backend = backends[0].index, backends[-1].index
+    rows = [f"backend bit ({first_backend}–{last_backend})"] + [f"{name} (bit {functionality[name].index})"
+                                                               for name in picture.per_backend]
     z, text, hover = [], [], []
-    for row in rows:
+    for row, name in zip(rows, [None] + picture.per_backend):
         z_row, text_row, hover_row = [], [], []
         for bit in backends:
-            if row == "backend bit":
-                value, name, index = state(bit), bit.name, f"bit {bit.index}"
+            if name is None:
+                value, key, where = state(bit), bit.name, f"backend bit {bit.index}"
+                z_row.append(value)
+                text_row.append(KEYSET_MARKS[value])
             else:
-                f = functionality[row]
-                value = (3 if f.excluded and bit.in_tensor else 0 if not (bit.in_tensor or bit.included)
-                         else state(f) if (f.in_tensor or f.included) else 0)
-                name, index = runtime.get((row, bit.name), f"{row} × {bit.name}"), f"bits {f.index} and {bit.index}"
-            z_row.append(value)
-            text_row.append({0: "", 1: "●", 2: "+", 3: "✕"}[value])
-            hover_row.append(f"<b>{name}</b> ({index})<br>{KEYSET_STATES[value][0]}")
+                f = functionality[name]
+                has_backend = bit.in_tensor or bit.included
+                value = 0 if not has_backend or not (f.in_tensor or f.included) else state(f) if not bit.included else 2
+                key, where = runtime.get((name, bit.name), f"{name} × {bit.name}"), f"bits {f.index} and {bit.index}"
+                z_row.append(value)
+                text_row.append(mark(value, key))
+            hover_row.append(f"<b>{key}</b> ({where})<br>{KEYSET_STATES[value][0]}"
+                             + ("<br>dispatch starts here" if text_row[-1] == "1st" else ""))
         z.append(z_row)
         text.append(text_row)
         hover.append(hover_row)
@@ -366,29 +390,43 @@ def key_set_figure(picture) -> go.Figure:
     scale = []
     for value, (_, colour) in KEYSET_STATES.items():
         scale += [[value / 4, colour], [(value + 1) / 4, colour]]
-    figure = make_subplots(rows=2, cols=1, row_heights=[len(rows), max(len(others), 1)], vertical_spacing=0.14,
-                           subplot_titles=["", "the other functionality bits this key set touches"])
+    figure = make_subplots(rows=2, cols=1, row_heights=[len(rows), max(len(others), 1)], vertical_spacing=0.1,
+                           subplot_titles=["", "the other functionality bits it touches"])
     figure.add_trace(go.Heatmap(z=z, x=columns, y=rows, text=text, texttemplate="%{text}", hovertext=hover,
                                 hoverinfo="text", colorscale=scale, zmin=-0.5, zmax=3.5, showscale=False,
-                                xgap=2, ygap=2), row=1, col=1)
-    figure.add_trace(go.Heatmap(z=[[state(bit)] for bit in others], x=["bit"],
-                                y=[f"{bit.name} (bit {bit.index})" for bit in others],
-                                text=[[KEYSET_STATES[state(bit)][0]] for bit in others], texttemplate="%{text}",
-                                hoverinfo="skip", colorscale=scale, zmin=-0.5, zmax=3.5, showscale=False, xgap=2,
-                                ygap=2), row=2, col=1)
+                                xgap=2, ygap=2, textfont={"size": 10}, name="backend × per-backend bits"),
+                     row=1, col=1)
+    strip_text = [[KEYSET_STATES[state(bit)][0] + (", dispatch starts here" if bit.name == picture.first_key else "")]
+                  for bit in others]
+    figure.add_trace(go.Heatmap(z=[[state(bit)] for bit in others] or [[0]], x=["bit"],
+                                y=[f"{bit.name} (bit {bit.index})" for bit in others] or ["none"],
+                                text=strip_text or [["no other bit is set"]], texttemplate="%{text}",
+                                hovertext=strip_text or [[""]], hoverinfo="text", colorscale=scale, zmin=-0.5,
+                                zmax=3.5, showscale=False, xgap=2, ygap=2, name="other functionality bits"),
+                     row=2, col=1)
     for value, (meaning, colour) in list(KEYSET_STATES.items())[1:]:
         figure.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=meaning,
                                     marker={"symbol": "square", "size": 12, "color": colour}))
     unset = sum(1 for bit in picture.functionality_bits if bit.name not in picture.per_backend) - len(others)
+    order = _wrapped(picture.keys or ["nothing: the set is empty"], " › ", 90, "tried in this order: ")
+    combined = _wrapped([f"{key.functionality} × {key.backend} = {key.name}" for key in picture.runtime_keys
+                         if key.effective] or ["none"], ", ", 90, "grid cells that are runtime keys: ")
+    subtitle = (f"{order}<br>{combined}<br>{len(backends)} backend bits, {len(picture.functionality_bits)} "
+                f"functionality bits; {unset} unset ones are not drawn")
+    lines = 1 + subtitle.count("<br>")
+    top = 128 + 16 * lines
     figure.update_layout(
-        title={"text": f"{picture.label}: dispatch starts at {picture.first_key}<br><sup>{len(backends)} backend bits "
-                       f"and {len(picture.functionality_bits)} functionality bits; {unset} functionality bits unset "
-                       f"are not drawn</sup>", "y": 0.975, "yanchor": "top"},
-        height=300 + 30 * (len(rows) + max(len(others), 1)), margin={"t": 170, "l": 10, "r": 10, "b": 60},
-        legend={"orientation": "h", "y": -0.08, "yanchor": "top", "x": 0}, plot_bgcolor="white")
-    figure.update_xaxes(tickangle=-45, side="top", title_text="backend bits × per-backend functionality bits",
-                        title_standoff=6, row=1, col=1)
+        title={"text": f"{title or picture.label}: dispatch starts at {picture.first_key}"
+                       f"<br><span style='font-size:11px'>{subtitle}</span>",
+               "x": 0, "xref": "container", "y": 1, "yanchor": "top", "pad": {"t": 10, "l": 10},
+               "font": {"size": 14}},
+        height=top + 150 + 28 * (len(rows) + max(len(others), 1)), margin={"t": top, "l": 10, "r": 24, "b": 60},
+        legend={"orientation": "h", "y": -0.06, "yanchor": "top", "x": 0}, plot_bgcolor="white")
+    figure.update_xaxes(tickangle=-50, side="top", tickmode="array", tickvals=columns,
+                        ticktext=[(f"<b>{bit.index} {column}</b>" if bit.name == "PrivateUse1"
+                                   else f"{bit.index} {column}") for bit, column in zip(backends, columns)],
+                        tickfont={"size": 11}, row=1, col=1)
     figure.update_xaxes(showticklabels=False, row=2, col=1)
-    figure.update_yaxes(autorange="reversed", automargin=True)
+    figure.update_yaxes(autorange="reversed", automargin=True, tickfont={"size": 11})
     figure.update_annotations(font_size=12)
     return figure

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ipywidgets
+import plotly.graph_objects as go
 
 from pu1_explorer.keyset import KeySetPicture, key_set
 from pu1_explorer.widgets.base import ExplorerWidget, figure_html
@@ -9,14 +10,19 @@ from pu1_explorer.widgets.figures import key_set_figure
 
 
 class KeySetView(ExplorerWidget):
-    """`KeySetView(tensor)` or `KeySetView("sim")`: which bits of the 64-bit key set are set, which bit the device
-    occupies, and what the current thread's include and exclude sets add or remove."""
+    """`KeySetView(tensor)`, `KeySetView(device="cpu")` or `KeySetView()` (a new tensor on the PrivateUse1 device):
+    which bits of the 64-bit key set are set, which bit the device occupies, and what the current thread's include
+    and exclude sets add or remove."""
 
-    def __init__(self, subject: object = None, include_thread_local: bool = True) -> None:
+    def __init__(self, subject: object = None, *, device: object = None, include_thread_local: bool = True,
+                 title: str | None = None) -> None:
         import torch
 
-        self.subject = torch._C._get_privateuse1_backend_name() if subject is None else subject
-        self.picture: KeySetPicture = key_set(self.subject, include_thread_local)
+        if subject is not None and device is not None:
+            raise TypeError("KeySetView() takes a tensor (or key set) or device=, not both")
+        self.subject = subject if subject is not None else device or torch._C._get_privateuse1_backend_name()
+        self.title = title
+        self.picture: KeySetPicture = key_set(self.subject, include_thread_local=include_thread_local)
         self.thread_local = ipywidgets.Checkbox(value=include_thread_local,
                                                 description="apply this thread's include and exclude sets")
         self.output = ipywidgets.Output()
@@ -25,13 +31,15 @@ class KeySetView(ExplorerWidget):
         self.show_figure(self.output, self.figure())
 
     def redraw(self) -> KeySetPicture:
-        """Read the key set again (the thread's sets may have changed) and redraw it."""
-        self.picture = key_set(self.subject, self.thread_local.value)
+        """Read the key set again with the thread's sets as they are now (outside any `with` block) and redraw it."""
+        self.picture = key_set(self.subject, include_thread_local=self.thread_local.value)
         self.show_figure(self.output, self.figure())
         return self.picture
 
-    def figure(self):
-        return key_set_figure(self.picture)
+    def figure(self) -> go.Figure:
+        """The plotly figure of the current picture."""
+        return key_set_figure(self.picture, title=self.title)
 
     def static_html(self) -> str:
+        """The figure as HTML that needs no kernel."""
         return f"<div class='explorer-widget'>{figure_html(self.figure())}</div>"

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 _NO_SPARSE = ("sim has strided tensors only: the host fallback refuses to bring a {layout} result back "
               "to the device ('sim supports strided tensors only, got layout {layout}', to_device in "
-              "sim_runtime.cpp), {where}")
+              "backend/csrc/operators.cpp), {where}")
 _JITERATOR = ("skip: CUDA-only OpInfo: torch.cuda.jiterator compiles CUDA C++ at run time and asserts "
               "'Jiterator is only supported on CUDA and ROCm GPUs'; there is no CPU reference to compare with")
 

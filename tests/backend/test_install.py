@@ -28,7 +28,7 @@ def test_the_wheel_holds_both_compiled_parts_and_the_entry_points(project_wheel)
         entry_points = next(wheel.read(name).decode() for name in names if name.endswith("entry_points.txt"))
     assert any(name.startswith("torch_sim/_C.") and name.endswith(".so") for name in names), names
     assert any(name.startswith("pu1_explorer/_native.") and name.endswith(".so") for name in names), names
-    assert "torch_sim/csrc/sim_runtime.cpp" in names and "pu1_explorer/trace_schema.json" in names
+    assert "torch_sim/csrc/operators.cpp" in names and "torch_sim/csrc/sim.h" in names and "pu1_explorer/trace_schema.json" in names
     assert not any(name.startswith(("backend/", "explorer/")) for name in names)
     assert "sim = torch_sim.autoload:initialize" in entry_points
     assert "pu1-explorer = pu1_explorer.__main__:main" in entry_points

@@ -1,0 +1,326 @@
+// Step 4, allocator: device memory with per-device statistics and a simulated capacity.
+//
+// A vendor's allocator is a c10::DeviceAllocator registered for PrivateUse1: allocate() hands out
+// device memory with the deleter that gives it back, and getDeviceStats() and friends answer
+// torch.accelerator.memory_allocated() and the rest. sim's memory is host memory, rounded to
+// 512-byte blocks and cached after a free until empty_cache(); a capacity makes out-of-memory real.
+// Two host allocators live here too: the pinned-memory allocator the hooks hand out, and a CPU
+// allocator that gives a host kernel computing for sim:N fresh outputs in sim:N's memory.
+#include "sim.h"
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace sim {
+
+struct DeviceMemory {
+  std::mutex mutex;
+  int64_t capacity = int64_t(8) << 30;
+  int64_t allocated = 0, peak_allocated = 0;
+  int64_t reserved = 0, peak_reserved = 0;
+  int64_t requested = 0, peak_requested = 0;
+  int64_t active_blocks = 0, peak_active_blocks = 0;
+  int64_t segments = 0, peak_segments = 0;
+  int64_t allocation_count = 0, free_count = 0;
+  int64_t allocated_total = 0, freed_total = 0;
+  int64_t device_allocs = 0, device_frees = 0, ooms = 0;
+  std::unordered_map<size_t, std::vector<void*>> cached;  // block size -> free blocks
+};
+
+struct Block {
+  size_t size;
+  size_t requested;
+  DeviceIndex device;
+};
+
+static std::vector<std::unique_ptr<DeviceMemory>> g_memory;
+static std::mutex g_blocks_mutex;
+static std::map<const char*, Block> g_blocks;  // live device blocks, by start address
+
+static constexpr size_t kBlockRounding = 512;
+
+static void release_cached_locked(DeviceMemory& memory) {
+  for (auto& [size, blocks] : memory.cached) {
+    for (void* p : blocks) {
+      std::free(p);
+      memory.reserved -= static_cast<int64_t>(size);
+      memory.segments -= 1;
+      memory.device_frees += 1;
+    }
+  }
+  memory.cached.clear();
+}
+
+static void* allocate_block(DeviceIndex device, size_t requested) {
+  check_device_index(device);
+  size_t size = std::max(kBlockRounding, (requested + kBlockRounding - 1) / kBlockRounding * kBlockRounding);
+  DeviceMemory& memory = *g_memory[device];
+  void* ptr = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(memory.mutex);
+    auto found = memory.cached.find(size);
+    if (found != memory.cached.end() && !found->second.empty()) {
+      ptr = found->second.back();
+      found->second.pop_back();
+    } else {
+      if (memory.reserved + static_cast<int64_t>(size) > memory.capacity) release_cached_locked(memory);
+      if (memory.reserved + static_cast<int64_t>(size) > memory.capacity) {
+        memory.ooms += 1;
+        int64_t free_bytes = std::max<int64_t>(0, memory.capacity - memory.reserved);
+        TORCH_CHECK_WITH(OutOfMemoryError, false,
+            "sim:", static_cast<int>(device), " out of memory: tried to allocate ", format_bytes(requested),
+            "; the device has a capacity of ", format_bytes(memory.capacity), ", of which ",
+            format_bytes(memory.allocated), " is allocated by tensors and ", format_bytes(free_bytes),
+            " is free. Free some tensors, or raise the capacity with torch.sim.set_memory_capacity() "
+            "or SIM_MEMORY_CAPACITY.");
+      }
+      ptr = std::aligned_alloc(64, size);
+      TORCH_CHECK_WITH(OutOfMemoryError, ptr != nullptr, "sim:", static_cast<int>(device),
+                       ": the host could not provide ", format_bytes(size), " for the simulated device memory.");
+      memory.reserved += static_cast<int64_t>(size);
+      memory.peak_reserved = std::max(memory.peak_reserved, memory.reserved);
+      memory.segments += 1;
+      memory.peak_segments = std::max(memory.peak_segments, memory.segments);
+      memory.device_allocs += 1;
+    }
+    memory.allocated += static_cast<int64_t>(size);
+    memory.peak_allocated = std::max(memory.peak_allocated, memory.allocated);
+    memory.requested += static_cast<int64_t>(requested);
+    memory.peak_requested = std::max(memory.peak_requested, memory.requested);
+    memory.active_blocks += 1;
+    memory.peak_active_blocks = std::max(memory.peak_active_blocks, memory.active_blocks);
+    memory.allocation_count += 1;
+    memory.allocated_total += static_cast<int64_t>(size);
+  }
+  std::lock_guard<std::mutex> lock(g_blocks_mutex);
+  g_blocks.emplace(static_cast<const char*>(ptr), Block{size, requested, device});
+  return ptr;
+}
+
+// Returns false when ptr is not a live sim block.
+static bool try_free_block(void* ptr) {
+  Block block;
+  {
+    std::lock_guard<std::mutex> lock(g_blocks_mutex);
+    auto found = g_blocks.find(static_cast<const char*>(ptr));
+    if (found == g_blocks.end()) return false;
+    block = found->second;
+    g_blocks.erase(found);
+  }
+  DeviceMemory& memory = *g_memory[block.device];
+  std::lock_guard<std::mutex> lock(memory.mutex);
+  memory.allocated -= static_cast<int64_t>(block.size);
+  memory.requested -= static_cast<int64_t>(block.requested);
+  memory.active_blocks -= 1;
+  memory.free_count += 1;
+  memory.freed_total += static_cast<int64_t>(block.size);
+  memory.cached[block.size].push_back(ptr);
+  return true;
+}
+
+void sim_free(void* ptr) {
+  if (ptr != nullptr) try_free_block(ptr);
+}
+
+static void fill_stat(c10::CachingAllocator::StatArray& stat, int64_t current, int64_t peak,
+                      int64_t allocated, int64_t freed) {
+  auto& s = stat[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+  s.current = current;
+  s.peak = peak;
+  s.allocated = allocated;
+  s.freed = freed;
+}
+
+struct SimAllocator final : c10::DeviceAllocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    DeviceIndex device = t_current_device;
+    if (nbytes == 0) return {nullptr, nullptr, &sim_free, c10::Device(kSim, device)};
+    void* ptr = allocate_block(device, nbytes);
+    return {ptr, ptr, &sim_free, c10::Device(kSim, device)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &sim_free; }
+  void copy_data(void* dest, const void* src, std::size_t count) const final { std::memcpy(dest, src, count); }
+  bool initialized() override { return g_device_count.load() > 0; }
+  void emptyCache(c10::MempoolId_t) override {
+    for (auto& memory : g_memory) {
+      std::lock_guard<std::mutex> lock(memory->mutex);
+      release_cached_locked(*memory);
+    }
+  }
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(DeviceIndex device) override {
+    check_device_index(device);
+    DeviceMemory& m = *g_memory[device];
+    std::lock_guard<std::mutex> lock(m.mutex);
+    c10::CachingDeviceAllocator::DeviceStats stats;
+    fill_stat(stats.allocated_bytes, m.allocated, m.peak_allocated, m.allocated_total, m.freed_total);
+    fill_stat(stats.active_bytes, m.allocated, m.peak_allocated, m.allocated_total, m.freed_total);
+    fill_stat(stats.requested_bytes, m.requested, m.peak_requested, 0, 0);
+    fill_stat(stats.reserved_bytes, m.reserved, m.peak_reserved, 0, 0);
+    fill_stat(stats.allocation, m.active_blocks, m.peak_active_blocks, m.allocation_count, m.free_count);
+    fill_stat(stats.active, m.active_blocks, m.peak_active_blocks, m.allocation_count, m.free_count);
+    fill_stat(stats.segment, m.segments, m.peak_segments, m.device_allocs, m.device_frees);
+    stats.num_device_alloc = m.device_allocs;
+    stats.num_device_free = m.device_frees;
+    stats.num_ooms = m.ooms;
+    return stats;
+  }
+  void resetAccumulatedStats(DeviceIndex device) override {
+    check_device_index(device);
+    DeviceMemory& m = *g_memory[device];
+    std::lock_guard<std::mutex> lock(m.mutex);
+    m.allocation_count = m.free_count = m.allocated_total = m.freed_total = 0;
+    m.device_allocs = m.device_frees = m.ooms = 0;
+  }
+  void resetPeakStats(DeviceIndex device) override {
+    check_device_index(device);
+    DeviceMemory& m = *g_memory[device];
+    std::lock_guard<std::mutex> lock(m.mutex);
+    m.peak_allocated = m.allocated;
+    m.peak_reserved = m.reserved;
+    m.peak_requested = m.requested;
+    m.peak_active_blocks = m.active_blocks;
+    m.peak_segments = m.segments;
+  }
+  std::pair<size_t, size_t> getMemoryInfo(DeviceIndex device) override {
+    check_device_index(device);
+    DeviceMemory& m = *g_memory[device];
+    std::lock_guard<std::mutex> lock(m.mutex);
+    return {static_cast<size_t>(std::max<int64_t>(0, m.capacity - m.reserved)), static_cast<size_t>(m.capacity)};
+  }
+};
+
+static SimAllocator g_allocator;
+
+// While a host kernel computes for the device, the CPU allocator hands out sim
+// memory, so that the kernel's fresh outputs already live on the device.
+static thread_local DeviceIndex t_host_redirect = -1;
+static c10::Allocator* g_base_cpu_allocator = nullptr;
+static c10::DeleterFnPtr g_base_cpu_raw_deleter = nullptr;
+
+static void redirect_raw_delete(void* ptr) {
+  if (!try_free_block(ptr) && g_base_cpu_raw_deleter != nullptr) g_base_cpu_raw_deleter(ptr);
+}
+
+struct RedirectingCpuAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    if (t_host_redirect < 0 || nbytes == 0) return g_base_cpu_allocator->allocate(nbytes);
+    void* ptr = allocate_block(t_host_redirect, nbytes);
+    return {ptr, ptr, &sim_free, c10::Device(c10::kCPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &redirect_raw_delete; }
+  void copy_data(void* dest, const void* src, std::size_t count) const final { std::memcpy(dest, src, count); }
+};
+static RedirectingCpuAllocator g_redirecting_cpu_allocator;
+
+bool is_sim_memory(const c10::Storage& storage) {
+  return storage.data_ptr().get_deleter() == &sim_free;
+}
+
+static std::mutex g_pinned_mutex;
+static std::map<const char*, size_t> g_pinned;  // pinned blocks: start -> size
+
+// True for any address inside a pinned block (a slice of pinned memory is pinned too).
+bool is_pinned_address(const void* data) {
+  const char* address = static_cast<const char*>(data);
+  std::lock_guard<std::mutex> lock(g_pinned_mutex);
+  auto after = g_pinned.upper_bound(address);
+  if (after == g_pinned.begin()) return false;
+  auto block = std::prev(after);
+  return address < block->first + std::max<size_t>(block->second, 1);
+}
+
+static void pinned_free(void* ptr) {
+  {
+    std::lock_guard<std::mutex> lock(g_pinned_mutex);
+    g_pinned.erase(static_cast<const char*>(ptr));
+  }
+  std::free(ptr);
+}
+
+struct PinnedAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    if (nbytes == 0) return {nullptr, nullptr, &pinned_free, c10::Device(c10::kCPU)};
+    void* ptr = std::aligned_alloc(64, (nbytes + 63) / 64 * 64);
+    TORCH_CHECK_WITH(OutOfMemoryError, ptr != nullptr, "sim: could not pin ", format_bytes(nbytes), " of host memory.");
+    std::lock_guard<std::mutex> lock(g_pinned_mutex);
+    g_pinned.emplace(static_cast<const char*>(ptr), nbytes);
+    return {ptr, ptr, &pinned_free, c10::Device(c10::kCPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &pinned_free; }
+  void copy_data(void* dest, const void* src, std::size_t count) const final { std::memcpy(dest, src, count); }
+};
+static PinnedAllocator g_pinned_allocator;
+
+c10::DeviceAllocator& device_allocator() { return g_allocator; }
+c10::Allocator* redirecting_cpu_allocator() { return &g_redirecting_cpu_allocator; }
+c10::Allocator* pinned_allocator() { return &g_pinned_allocator; }
+
+DeviceIndex exchange_host_redirect(DeviceIndex device) {
+  DeviceIndex previous = t_host_redirect;
+  t_host_redirect = device;
+  return previous;
+}
+
+std::optional<DeviceIndex> device_of_pointer(const void* data) {
+  std::lock_guard<std::mutex> lock(g_blocks_mutex);
+  auto after = g_blocks.upper_bound(static_cast<const char*>(data));
+  if (after == g_blocks.begin()) return std::nullopt;
+  auto& [start, block] = *std::prev(after);
+  if (static_cast<const char*>(data) >= start + block.size) return std::nullopt;
+  return block.device;
+}
+
+void create_device_memory(int device_count, int64_t capacity) {
+  for (int i = 0; i < device_count; ++i) {
+    g_memory.push_back(std::make_unique<DeviceMemory>());
+    g_memory.back()->capacity = capacity;
+  }
+}
+
+static void install_allocator() {
+  c10::SetAllocator(kSim, &g_allocator);
+  g_base_cpu_allocator = c10::GetCPUAllocator();
+  g_base_cpu_raw_deleter = g_base_cpu_allocator->raw_deleter();
+  c10::SetCPUAllocator(&g_redirecting_cpu_allocator, /*priority=*/100);
+}
+
+void bind_allocator(pybind11::module& module) {
+  module.def("install_allocator", &install_allocator);
+  module.def("memory_stats", [](int64_t device) {
+    DeviceMemory& m = *g_memory[checked(device)];
+    std::lock_guard<std::mutex> lock(m.mutex);
+    return std::map<std::string, int64_t>{
+        {"allocated_bytes.all.current", m.allocated}, {"allocated_bytes.all.peak", m.peak_allocated},
+        {"allocated_bytes.all.allocated", m.allocated_total}, {"allocated_bytes.all.freed", m.freed_total},
+        {"reserved_bytes.all.current", m.reserved}, {"reserved_bytes.all.peak", m.peak_reserved},
+        {"requested_bytes.all.current", m.requested}, {"requested_bytes.all.peak", m.peak_requested},
+        {"active.all.current", m.active_blocks}, {"active.all.peak", m.peak_active_blocks},
+        {"allocation.all.allocated", m.allocation_count}, {"allocation.all.freed", m.free_count},
+        {"segment.all.current", m.segments}, {"segment.all.peak", m.peak_segments},
+        {"num_device_alloc", m.device_allocs}, {"num_device_free", m.device_frees},
+        {"num_ooms", m.ooms}, {"capacity_bytes", m.capacity}};
+  });
+  module.def("reset_peak_memory_stats", [](int64_t device) { g_allocator.resetPeakStats(checked(device)); });
+  module.def("reset_accumulated_memory_stats", [](int64_t device) { g_allocator.resetAccumulatedStats(checked(device)); });
+  module.def("empty_cache", []() { g_allocator.emptyCache({0, 0}); });
+  module.def("set_memory_capacity", [](int64_t device, int64_t capacity) {
+    TORCH_CHECK(capacity > 0, "sim: the memory capacity must be a positive number of bytes, got ", capacity);
+    DeviceMemory& m = *g_memory[checked(device)];
+    std::lock_guard<std::mutex> lock(m.mutex);
+    m.capacity = capacity;
+  });
+
+  module.def("is_pinned_pointer",
+             [](int64_t address) { return is_pinned_address(reinterpret_cast<const void*>(address)); });
+}
+
+}  // namespace sim

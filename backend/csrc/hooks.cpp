@@ -1,0 +1,55 @@
+// Step 2, hooks: tell PyTorch that the device exists and where its parts are.
+//
+// A vendor's hooks are an at::PrivateUse1HooksInterface registered once with
+// at::RegisterPrivateUse1HooksInterface. PyTorch asks them whenever it needs the device outside an
+// operator: is it available, how many devices, which is current, the default generators, the
+// pinned-memory allocator, which device a pointer belongs to, how to resize a storage.
+#include "sim.h"
+
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+
+#include <memory>
+
+namespace sim {
+
+struct SimHooks final : at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return g_device_count.load() > 0; }
+  const at::Generator& getDefaultGenerator(DeviceIndex device) const override { return default_generator(device); }
+  at::Generator getNewGenerator(DeviceIndex device) const override { return new_generator(device); }
+  c10::Device getDeviceFromPtr(void* data) const override {
+    auto device = device_of_pointer(data);
+    TORCH_CHECK(device.has_value(), "sim: the pointer is not in sim device memory");
+    return c10::Device(kSim, *device);
+  }
+  bool isPinnedPtr(const void* data) const override { return is_pinned_address(data); }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return pinned_allocator(); }
+  bool hasPrimaryContext(DeviceIndex device) const override { return device >= 0 && device < g_device_count.load(); }
+  DeviceIndex deviceCount() const override { return static_cast<DeviceIndex>(g_device_count.load()); }
+  void setCurrentDevice(DeviceIndex device) const override { guard_impl().setDevice(c10::Device(kSim, device)); }
+  DeviceIndex getCurrentDevice() const override { return t_current_device; }
+  DeviceIndex exchangeDevice(DeviceIndex device) const override {
+    return guard_impl().exchangeDevice(c10::Device(kSim, device)).index();
+  }
+  DeviceIndex maybeExchangeDevice(DeviceIndex device) const override { return exchangeDevice(device); }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t new_bytes) const override {
+    TORCH_CHECK(storage.resizable(), "sim: this storage is not resizable");
+    if (new_bytes > storage.nbytes()) {
+      grow_storage(storage, new_bytes);
+    } else {
+      storage.unsafeGetStorageImpl()->set_nbytes(new_bytes);
+    }
+  }
+};
+
+static std::unique_ptr<SimHooks> g_hooks;
+
+static void install_hooks() {
+  if (g_hooks) return;
+  g_hooks = std::make_unique<SimHooks>();
+  at::RegisterPrivateUse1HooksInterface(g_hooks.get());
+}
+
+void bind_hooks(pybind11::module& module) { module.def("install_hooks", &install_hooks); }
+
+}  // namespace sim

@@ -1,0 +1,93 @@
+// What the files of sim's C++ runtime share: one section per file that provides it.
+// Each .cpp file implements one step of the integration guide; anything only one file
+// needs stays inside that file.
+#pragma once
+
+#include <torch/extension.h>
+#include <torch/library.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace sim {
+
+using c10::DeviceIndex;
+constexpr auto kSim = c10::DeviceType::PrivateUse1;
+
+// ------------------------------------------------------------- runtime.cpp
+extern std::atomic<int> g_device_count;
+extern thread_local DeviceIndex t_current_device;
+void check_device_index(DeviceIndex index);  // a clear error for sim:N that does not exist
+DeviceIndex checked(int64_t device);          // the same, for indices that come from Python
+std::string format_bytes(int64_t bytes);
+// Every registration with the dispatcher goes through here, so that it names the file and the
+// line it was made at (the explorer shows them) and lives as long as the process.
+torch::Library& new_library(torch::Library::Kind kind, const char* ns, c10::DispatchKey key, const char* file,
+                            int line);
+
+// ----------------------------------------------------------- allocator.cpp
+c10::DeviceAllocator& device_allocator();
+void sim_free(void* ptr);  // the deleter of every block of sim memory
+bool is_sim_memory(const c10::Storage& storage);
+void create_device_memory(int device_count, int64_t capacity);
+std::optional<DeviceIndex> device_of_pointer(const void* data);  // nullopt outside sim memory
+bool is_pinned_address(const void* data);
+c10::Allocator* pinned_allocator();
+// While a host kernel computes for sim:N, the CPU allocator hands out sim:N's memory.
+c10::Allocator* redirecting_cpu_allocator();
+DeviceIndex exchange_host_redirect(DeviceIndex device);  // -1: no redirect; returns the previous one
+
+// ------------------------------------------------------------- guard.cpp
+c10::impl::DeviceGuardImplInterface& guard_impl();
+
+// ---------------------------------------------------- streams_events.cpp
+void require_streams();
+c10::Stream current_stream(c10::Device device);
+c10::Stream exchange_current_stream(c10::Stream stream);
+c10::Stream stream_from_pool(c10::Device device);
+c10::Stream new_stream(c10::Device device);
+void record_event(void** event, const c10::Stream& stream, c10::EventFlag flag);
+void destroy_event(void* event) noexcept;
+double elapsed_milliseconds(void* start, void* end);
+
+// ---------------------------------------------------------- generator.cpp
+bool generator_installed();
+const at::Generator& default_generator(DeviceIndex device);  // device -1: the current device
+at::Generator new_generator(DeviceIndex device);
+at::Generator host_generator_for(const at::Generator& generator);
+// While a random operator's host kernel computes for a sim device, the host's default
+// generator holds that device generator's state (the kernel's sub-operations draw from it too).
+struct DeviceRandomScope {
+  at::CPUGeneratorImpl* host_default = nullptr;
+  at::CPUGeneratorImpl* device_host = nullptr;
+  DeviceRandomScope(bool active, DeviceIndex device);
+  ~DeviceRandomScope();
+};
+
+// ---------------------------------------------------------- operators.cpp
+at::Tensor host_view(const at::Tensor& device_tensor);  // the same bytes, as a CPU tensor
+void grow_storage(const c10::Storage& storage, size_t new_bytes);
+
+// ----------------------------------------------------------- profiler.cpp
+bool recording_kernels();
+void record_kernel(const std::string& name, int64_t start_ns, int64_t end_ns, c10::Device device);
+
+// Each file's Python functions, bound into torch_sim._C by runtime.cpp.
+void bind_allocator(pybind11::module& module);
+void bind_hooks(pybind11::module& module);
+void bind_guard(pybind11::module& module);
+void bind_operators(pybind11::module& module);
+void bind_streams_events(pybind11::module& module);
+void bind_generator(pybind11::module& module);
+void bind_amp(pybind11::module& module);
+void bind_serialization(pybind11::module& module);
+void bind_profiler(pybind11::module& module);
+void bind_distributed(pybind11::module& module);
+
+}  // namespace sim

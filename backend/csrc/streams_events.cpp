@@ -1,0 +1,86 @@
+// Step 6, streams and events: the torch.cuda stream and event API, on a device that runs synchronously.
+//
+// PyTorch reaches a device's streams and events through its DeviceGuardImplInterface (guard.cpp
+// forwards to the functions here): the current stream per device and thread, a pool of streams,
+// new streams, and events that are recorded on a stream and timed. sim runs every kernel
+// synchronously, so a stream is always idle and an event completes when it is recorded; it keeps
+// the host time of the recording, which is what elapsed_time() measures.
+#include "sim.h"
+
+#include <chrono>
+#include <unordered_map>
+
+namespace sim {
+
+static std::atomic<bool> g_streams_installed{false};
+static constexpr int kStreamPoolSize = 32;
+static std::atomic<int64_t> g_next_stream_id{1};
+static thread_local std::unordered_map<DeviceIndex, c10::StreamId> t_current_stream;
+
+struct SimEvent {
+  std::chrono::steady_clock::time_point recorded_at;
+  bool recorded = false;
+  bool timing = false;
+  DeviceIndex device = 0;
+};
+
+void require_streams() {
+  TORCH_CHECK(g_streams_installed.load(),
+              "sim has only its default stream: the 'streams_events' step of the bring-up is not installed.");
+}
+
+c10::Stream current_stream(c10::Device device) {
+  auto found = t_current_stream.find(device.index());
+  c10::StreamId id = found == t_current_stream.end() ? 0 : found->second;
+  return c10::Stream(c10::Stream::UNSAFE, device, id);
+}
+
+c10::Stream exchange_current_stream(c10::Stream stream) {
+  auto previous = current_stream(stream.device());
+  t_current_stream[stream.device_index()] = stream.id();
+  return previous;
+}
+
+c10::Stream stream_from_pool(c10::Device device) {
+  require_streams();
+  static std::atomic<int> next{0};
+  return c10::Stream(c10::Stream::UNSAFE, device, 1 + (next++ % kStreamPoolSize));
+}
+
+c10::Stream new_stream(c10::Device device) {
+  require_streams();
+  return c10::Stream(c10::Stream::UNSAFE, device, kStreamPoolSize + g_next_stream_id++);
+}
+
+void record_event(void** event, const c10::Stream& stream, c10::EventFlag flag) {
+  require_streams();
+  if (*event == nullptr) {
+    auto* created = new SimEvent();
+    created->timing = flag == c10::EventFlag::BACKEND_DEFAULT;
+    *event = created;
+  }
+  auto* sim_event = static_cast<SimEvent*>(*event);
+  sim_event->recorded_at = std::chrono::steady_clock::now();
+  sim_event->recorded = true;
+  sim_event->device = stream.device_index();
+}
+
+void destroy_event(void* event) noexcept { delete static_cast<SimEvent*>(event); }
+
+double elapsed_milliseconds(void* start, void* end) {
+  TORCH_CHECK(start != nullptr && end != nullptr,
+              "sim: both events must be recorded before elapsed_time() is called.");
+  auto* first = static_cast<SimEvent*>(start);
+  auto* second = static_cast<SimEvent*>(end);
+  TORCH_CHECK(first->recorded && second->recorded,
+              "sim: both events must be recorded before elapsed_time() is called.");
+  return std::chrono::duration<double, std::milli>(second->recorded_at - first->recorded_at).count();
+}
+
+static void install_streams_events() { g_streams_installed = true; }
+
+void bind_streams_events(pybind11::module& module) {
+  module.def("install_streams_events", &install_streams_events);
+}
+
+}  // namespace sim

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import torch
 
-from pu1_explorer.dispatch_table import FALLBACK, canonical_key, entry_from_dump
+from pu1_explorer.dispatch_table import FALLBACK, canonical_key, entry_from_dump, short_path
 
 _LIBRARY_DIRECTORIES = tuple(os.path.dirname(module.__file__) + os.sep for module in (torch, contextlib))
 
@@ -89,7 +89,7 @@ def user_call_site(skip_directories: tuple[str, ...] = ()) -> str:
         if not filename.startswith(skipped) and not filename.startswith("<frozen"):
             if "ipykernel_" in filename:  # a notebook cell: its temporary file name means nothing to the reader
                 return f"notebook cell, line {frame.f_lineno} in {frame.f_code.co_name}"
-            return f"{filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+            return f"{short_path(filename)}:{frame.f_lineno} in {frame.f_code.co_name}"
         frame = frame.f_back
     node = torch._C._current_autograd_node()
     return f"(backward: {node.name()})" if node is not None else "(no Python caller)"

@@ -7,7 +7,7 @@ import ipywidgets
 
 from pu1_explorer.dispatch_table import UnknownOperatorError, all_operators, backend_tables, resolve_operator
 from pu1_explorer.tracer import Trace, run_traced
-from pu1_explorer.widgets.base import ExplorerWidget, escape, figure_html, message_html
+from pu1_explorer.widgets.base import ExplorerWidget, code_html, escape, figure_html, message_html
 from pu1_explorer.widgets.figures import compare_figure, dispatch_table_figure, trace_figure
 
 EXAMPLE = """x = torch.randn(4, 8, device=device, requires_grad=True)
@@ -100,7 +100,7 @@ class DispatchVisualizer(ExplorerWidget):
         self.details.value = hop_details(self.traces[0], self.hop.value) if self.traces else ""
 
     def static_html(self) -> str:
-        code = "" if self.function else f"<pre>{escape(self.code.value)}</pre>"
+        code = "" if self.function else code_html(self.code.value.strip())
         errors = "".join(message_html(f"on {t.device}: {t.error}", "error") for t in self.traces if t.error)
         return f"<div class='explorer-widget'>{code}{errors}{figure_html(self.figure())}</div>"
 

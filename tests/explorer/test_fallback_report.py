@@ -15,7 +15,8 @@ def test_counts_shapes_and_call_sites():
     assert entry.count == 2
     assert set(entry.shapes) == {"[10]:float32, [10]:float32", "[4]:float32, [4]:float32"}
     site = next(iter(entry.call_sites))
-    assert site.startswith(__file__) and "test_counts_shapes_and_call_sites" in site
+    # the file as it sits in the project, with no folder of this machine
+    assert site.startswith("tests/explorer/test_fallback_report.py:") and "test_counts_shapes_and_call_sites" in site
     assert "aten::special_erfcx.out" in report.to_markdown()
 
 

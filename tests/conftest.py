@@ -40,11 +40,18 @@ def run_python(code: str, timeout: float = 180, cwd=None, **environment: str) ->
 
 @pytest.fixture(scope="session")
 def project_wheel(tmp_path_factory) -> Path:
-    """The project built into a wheel from a copy of its sources (compiles the C++ parts once per session)."""
+    """The project built into a wheel from a copy of its sources: once per test run, by whichever worker needs it
+    first while the others wait, since compiling the C++ parts takes minutes."""
+    from filelock import FileLock
+
     from tests.environments import build_wheel, project_sources
 
-    root = tmp_path_factory.mktemp("wheel")
-    return build_wheel(project_sources(root / "source"), root / "dist")
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # this run's folder, for every worker
+    root = shared / "project-wheel"
+    with FileLock(str(shared / "project-wheel.lock")):
+        built = sorted((root / "dist").glob("*.whl"))
+        return built[0] if built else build_wheel(project_sources(root / "source"), root / "dist")
 
 
 @pytest.fixture(scope="session")

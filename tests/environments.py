@@ -39,7 +39,7 @@ def pip(*arguments: str, timeout: float = 900, **environment: str) -> subprocess
 
 def build_wheel(source: Path, destination: Path) -> Path:
     """`pip wheel` of a project tree, as a vendor would build it; returns the wheel."""
-    result = pip("wheel", "--no-build-isolation", "--no-deps", "-w", str(destination), str(source))
+    result = pip("wheel", "--no-build-isolation", "--no-deps", "-w", str(destination), str(source), timeout=1800)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return next(destination.glob("*.whl"))
 

@@ -31,6 +31,14 @@ def silent_fallback():
     torch.sim.set_fallback_policy("silent")
 
 
+@pytest.fixture(autouse=True)
+def current_device_zero():
+    """Every test starts on sim:0, whatever device the test before it made current."""
+    torch.sim.set_device(0)
+    yield
+    torch.sim.set_device(0)
+
+
 def run_python(code: str, timeout: float = 180, cwd=None, **environment: str) -> subprocess.CompletedProcess:
     """Run `code` in a fresh interpreter with extra environment variables; never raises on failure."""
     env = {**os.environ, "SIM_FALLBACK": "silent", **environment}

@@ -17,6 +17,7 @@ import os
 import posixpath
 import re
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -89,10 +90,10 @@ def execute(source: Path) -> tuple[str, float, list[str]]:
         return source.name, 0.0, check_outputs(source.name, nbformat.read(cached, as_version=4))
     notebook = nbformat.read(source, as_version=4)
     environment = dict(os.environ, EXPLORER_STATIC="1", SIM_FALLBACK="silent", PYTHONWARNINGS="default")
-    # the kernel talks to the build over local sockets (IPC), not TCP
+    # the kernel talks to the build over local sockets (IPC), not TCP, in a folder of its own
     config = Config()
     config.KernelManager.transport = "ipc"
-    config.KernelManager.ip = str(CACHE / f"kernel-{source.stem}")
+    config.KernelManager.ip = os.path.join(tempfile.mkdtemp(prefix="pu1-kernel-"), "kernel")
     CACHE.mkdir(parents=True, exist_ok=True)
     client = NotebookClient(notebook, timeout=CELL_TIMEOUT, kernel_name="python3", allow_errors=False,
                             resources={"metadata": {"path": str(SOURCE)}}, config=config)

@@ -37,12 +37,21 @@ def site(tmp_path_factory) -> Path:
     these tests, a site built before: PU1_BUILT_SITE=site)."""
     if os.environ.get("PU1_BUILT_SITE"):
         return Path(os.environ["PU1_BUILT_SITE"]).resolve()
-    folder = tmp_path_factory.mktemp("site") / "site"
-    environment = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(folder)],
-                           cwd=ROOT, capture_output=True, text=True, timeout=1800, env=environment)
-    assert build.returncode == 0, build.stderr[-3000:]
-    assert "without encryption" not in build.stderr, "a notebook kernel talked to the build over TCP"
+    from filelock import FileLock
+
+    # One build per test run, whichever worker gets here first: two builds at once would share the
+    # checkout's executed notebooks and their cache.
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder, log = shared / "site", shared / "site-build.log"
+    with FileLock(str(shared / "site.lock")):
+        if not (folder / "index.html").is_file():
+            environment = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+            build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(folder)],
+                                   cwd=ROOT, capture_output=True, text=True, timeout=1800, env=environment)
+            log.write_text(build.stderr)
+            assert build.returncode == 0, build.stderr[-3000:]
+    assert "without encryption" not in log.read_text(), "a notebook kernel talked to the build over TCP"
     return folder
 
 

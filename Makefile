@@ -52,6 +52,7 @@ test-full: setup browser
 benchmark: setup
 	$(PYTHON) benchmarks/backend_speed.py
 	$(PYTHON) benchmarks/explorer_speed.py
+	$(PYTHON) benchmarks/trace_speed.py
 	$(PYTHON) benchmarks/widget_speed.py
 	$(PYTHON) benchmarks/import_speed.py
 	$(PYTHON) benchmarks/profiler_overhead.py

@@ -15,17 +15,23 @@ def _progress(message: str) -> None:
 
 
 def _backend_key(device: str) -> str:
-    import torch
+    from pu1_explorer.devices import backend_key
 
-    kind = torch.device(device).type
-    if kind == "cpu":
-        return "CPU"
-    if kind == "meta":
-        return "Meta"
-    if kind == torch._C._get_privateuse1_backend_name():
-        return "PrivateUse1"
-    raise ValueError(f"device {device!r} is neither cpu, meta nor the PrivateUse1 backend "
-                     f"({torch._C._get_privateuse1_backend_name()!r})")
+    return backend_key(device)
+
+
+def check_output(output: str | None) -> None:
+    """Refuse an output path whose folder is missing or not writable, before any work is done."""
+    if not output:
+        return
+    path = Path(output)
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise IsADirectoryError(f"-o {output}: is a folder; give a file name")
+    if not folder.is_dir():
+        raise FileNotFoundError(f"-o {output}: the folder {str(folder)!r} does not exist; create it first")
+    if not os.access(folder, os.W_OK):
+        raise PermissionError(f"-o {output}: the folder {str(folder)!r} is not writable")
 
 
 def _write(text: str, output: str | None) -> None:
@@ -94,32 +100,67 @@ def command_table(arguments: argparse.Namespace) -> None:
 
 
 def command_report(arguments: argparse.Namespace) -> None:
-    from pu1_explorer.coverage import coverage
-    from pu1_explorer.fallback_report import monitor_fallbacks
-    from pu1_explorer.report import build_report
+    from pu1_explorer.coverage import coverage, observe
+    from pu1_explorer.report import build_report, run_workloads
 
     key = _backend_key(arguments.device)
+    names = arguments.workload or None
     _progress(f"[1/3] classifying every ATen overload for {arguments.device}")
     snapshot = coverage(key, label=arguments.device)
-    _progress("[2/3] running the reference workload (mlp, cnn, transformer: 2 training steps each)")
-    from torch_sim import workloads
-
-    with monitor_fallbacks(key) as fallbacks:
-        for name in workloads.WORKLOADS:
-            workloads.train(name, arguments.device, steps=2)
+    _progress("[2/3] running the workloads under the fallback monitor")
+    fallbacks, results = run_workloads(arguments.device, names, steps=arguments.steps, progress=_progress)
     _progress("[3/3] writing the page")
-    page = build_report(snapshot, fallbacks, "mlp, cnn, transformer", progress=_progress)
+    page = build_report(observe(snapshot, fallbacks), fallbacks, results, progress=_progress)
     Path(arguments.output).write_text(page)
     _progress(f"wrote {arguments.output} ({len(page) / 1e6:.1f} MB, self-contained)")
+    failed = [result for result in results if result.error]
+    if failed:  # a finding about the device, shown on the page; the command itself did its job
+        _progress(f"warning: {len(failed)} of {len(results)} workload(s) failed on {arguments.device}: "
+                  + "; ".join(f"{result.name}: {result.error}" for result in failed))
+
+
+def command_scorecard(arguments: argparse.Namespace) -> None:
+    """Write scorecard.html, scorecard.xml and scorecard.json for a PrivateUse1 device into the output folder."""
+    import torch
+
+    from pu1_explorer.scorecard import PROBE_NAMES, scorecard
+
+    folder = Path(arguments.folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"-o {arguments.folder}: no such folder; create it first")
+    if not os.access(folder, os.W_OK):
+        raise PermissionError(f"-o {arguments.folder}: the folder is not writable")
+    device = torch.device(arguments.device).type
+    if device != torch._C._get_privateuse1_backend_name():
+        raise ValueError(f"--device {arguments.device}: a scorecard is for the PrivateUse1 backend "
+                         f"({torch._C._get_privateuse1_backend_name()!r}), not {device!r}")
+    unknown = [name for name in arguments.probes or [] if name not in PROBE_NAMES]
+    if unknown:
+        raise ValueError(f"--probe {unknown[0]!r}: unknown; the probes are {', '.join(PROBE_NAMES)}")
+    if arguments.jobs < 1 or arguments.timeout <= 0:
+        raise ValueError("--jobs must be at least 1 and --timeout positive")
+    card = scorecard(device, arguments.imports, timeout=arguments.timeout, jobs=arguments.jobs,
+                     opinfo=arguments.opinfo, progress=_progress, probes=arguments.probes)
+    for name, text in (("scorecard.html", card.to_html()), ("scorecard.xml", card.to_junit_xml()),
+                       ("scorecard.json", card.to_json())):
+        (folder / name).write_text(text)
+    counts = ", ".join(f"{count} {status}" for status, count in card.summary().items() if count)
+    _progress(f"{device}: {counts}; wrote scorecard.html, scorecard.xml, scorecard.json into {folder}")
+
+
+DEVICE_HELP = "the device: the PrivateUse1 backend's name (the default: the loaded backend), cpu or meta"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pu1-explorer",
                                      description="See what PyTorch's dispatcher does for a backend.")
     commands = parser.add_subparsers(dest="command", required=True)
+    backend = argparse.ArgumentParser(add_help=False)
+    backend.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE_OR_FILE",
+                         help="import a backend that does not autoload first (a module name or a .py file; repeatable)")
 
-    coverage = commands.add_parser("coverage", help="operator coverage of a backend")
-    coverage.add_argument("--device", default="sim")
+    coverage = commands.add_parser("coverage", help="operator coverage of a backend", parents=[backend])
+    coverage.add_argument("--device", help=DEVICE_HELP)
     coverage.add_argument("--core", action="store_true", help="only the core-ATen overloads")
     coverage.add_argument("--namespace", choices=("aten", "c10d"), default="aten",
                           help="the operators to classify: ATen's, or c10d's collectives")
@@ -127,24 +168,42 @@ def build_parser() -> argparse.ArgumentParser:
     coverage.add_argument("-o", "--output")
     coverage.set_defaults(run=command_coverage)
 
-    trace = commands.add_parser("trace", help="trace the dispatcher hops of a script or an expression")
+    trace = commands.add_parser("trace", help="trace the dispatcher hops of a script or an expression",
+                                parents=[backend])
     trace.add_argument("target", help="a .py file, or Python statements (`device` holds --device)")
-    trace.add_argument("--device", default="sim")
+    trace.add_argument("--device", help=DEVICE_HELP)
     trace.add_argument("--format", choices=("tree", "json", "chrome"), default="tree")
     trace.add_argument("--hide-skipped", action="store_true", help="leave fallthrough keys out of the tree")
     trace.add_argument("-o", "--output")
     trace.set_defaults(run=command_trace)
 
-    table = commands.add_parser("table", help="the computed dispatch table of one operator")
+    table = commands.add_parser("table", help="the computed dispatch table of one operator", parents=[backend])
     table.add_argument("operator")
     table.add_argument("--keys", help="comma-separated dispatch keys (default: a useful set)")
     table.add_argument("-o", "--output")
     table.set_defaults(run=command_table)
 
-    report = commands.add_parser("report", help="a self-contained HTML report of a backend")
-    report.add_argument("--device", default="sim")
+    report = commands.add_parser("report", help="a self-contained HTML report of a backend", parents=[backend])
+    report.add_argument("--device", help=DEVICE_HELP)
+    report.add_argument("--workload", action="append", metavar="NAME_OR_FILE",
+                        help="a reference workload (mlp, cnn, transformer) or a .py file that uses `device`; "
+                             "repeatable (default: the three reference workloads)")
+    report.add_argument("--steps", type=int, default=2, help="training steps per reference workload (default 2)")
     report.add_argument("-o", "--output", default="report.html")
     report.set_defaults(run=command_report)
+
+    scorecard = commands.add_parser("scorecard", parents=[backend],
+                                    help="a conformance scorecard of a PrivateUse1 device: HTML, JUnit XML, JSON")
+    scorecard.add_argument("--device", help="the PrivateUse1 backend's name (the default: the loaded backend)")
+    scorecard.add_argument("-o", "--output-folder", dest="folder", default=".", metavar="FOLDER",
+                           help="where scorecard.html, scorecard.xml and scorecard.json go (default: .)")
+    scorecard.add_argument("--timeout", type=float, default=60.0, metavar="S", help="seconds per probe process")
+    scorecard.add_argument("--jobs", type=int, default=2, metavar="N", help="probe processes at a time")
+    scorecard.add_argument("--opinfo", choices=("quick", "full", "none"), default="quick",
+                           help="the OpInfo sweeps: a fixed subset of ops (quick), all of op_db (full), none")
+    scorecard.add_argument("--probe", dest="probes", action="append", metavar="NAME",
+                           help="run only this probe (repeatable; default: all)")
+    scorecard.set_defaults(run=command_scorecard)
     return parser
 
 
@@ -154,9 +213,19 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("SIM_FALLBACK", "silent")
     started = time.perf_counter()
     try:
+        check_output(getattr(arguments, "output", None))
+        if getattr(arguments, "workload", None):
+            from pu1_explorer.report import check_workloads
+
+            check_workloads(arguments.workload)
         import torch
 
-        if hasattr(torch, "sim"):
+        from pu1_explorer.devices import check_device, import_backends
+
+        import_backends(getattr(arguments, "imports", []))
+        if hasattr(arguments, "device"):
+            arguments.device = check_device(arguments.device)
+        if hasattr(torch, "sim") and hasattr(torch.sim, "set_fallback_policy"):
             torch.sim.set_fallback_policy(os.environ["SIM_FALLBACK"])
         arguments.run(arguments)
     except KeyboardInterrupt:

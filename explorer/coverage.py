@@ -1,9 +1,14 @@
 """Operator coverage of a backend: for every ATen overload, what runs on the backend, autograd and autocast keys.
 
 `coverage()` classifies all overloads from the computed dispatch tables (any backend
-key: "PrivateUse1", "CPU", "Meta", …). Composite kernels are followed one step further
-through `structured_delegate` edges of native_functions.yaml: a functional operator whose
-composite wrapper calls an `.out` form that lands on the fallback counts as falling back.
+key: "PrivateUse1", "CPU", "Meta", …). Composite kernels are followed further, to what
+the call really reaches: through `structured_delegate` edges of native_functions.yaml (a
+functional operator whose composite wrapper calls an `.out` form that lands on the
+fallback counts as falling back), through ATen's routing of a PrivateUse1 convolution to
+`convolution_overrideable`, and onto ATen defaults that only raise (those count as
+missing). What only running shows, a backend's own kernel that copies to the CPU
+(`at::native::cpu_fallback` called from a per-operator kernel), is added by `observe()`
+from a fallback report.
 """
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ import functools
 import io
 import json
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -22,7 +27,19 @@ from pu1_explorer.dispatch_table import (
 )
 
 COMPOSITES = (COMPOSITE_IMPLICIT, COMPOSITE_EXPLICIT, COMPOSITE_EXPLICIT_NONFUNCTIONAL)
-STATUS_ORDER = (KERNEL, COMPOSITE_EXPLICIT, COMPOSITE_EXPLICIT_NONFUNCTIONAL, COMPOSITE_IMPLICIT, FALLBACK, MISSING)
+COPIES = "copies_to_cpu"  # the backend's own kernel, seen copying its tensors to the CPU and back
+STATUS_ORDER = (KERNEL, COMPOSITE_EXPLICIT, COMPOSITE_EXPLICIT_NONFUNCTIONAL, COMPOSITE_IMPLICIT, COPIES, FALLBACK,
+                MISSING)
+# ATen's default kernels that only raise "not implemented": a backend must register its own.
+ERROR_ONLY_DEFAULTS = frozenset({"aten::convolution_overrideable", "aten::convolution_backward_overrideable"})
+# Where ATen's composite convolution sends a PrivateUse1 tensor (ConvUtils' backend choice "Overrideable").
+PRIVATEUSE1_ROUTES = {
+    **{f"aten::conv{n}d{overload}": "aten::convolution" for n in (1, 2, 3) for overload in ("", ".padding")},
+    **{f"aten::conv_transpose{n}d.input": "aten::convolution" for n in (1, 2, 3)},
+    "aten::convolution": "aten::_convolution",
+    "aten::_convolution": "aten::convolution_overrideable",
+    "aten::convolution_backward": "aten::convolution_backward_overrideable",
+}
 
 
 @dataclass(frozen=True)
@@ -39,7 +56,8 @@ class CoverageRow:
 
     @property
     def falls_back(self) -> bool:
-        return self.transitive == FALLBACK
+        """The call lands on the fallback, or on a kernel of the backend's own that copies to the CPU."""
+        return self.transitive in (FALLBACK, COPIES)
 
 
 @dataclass
@@ -65,7 +83,7 @@ class CoverageSnapshot:
                              "percent": round(100.0 * counter.get(status, 0) / total, 2) if total else 0.0}
                     for status in STATUS_ORDER}
 
-        runs_natively = sum(1 for row in rows if row.transitive not in (FALLBACK, MISSING))
+        runs_natively = sum(1 for row in rows if row.transitive not in (FALLBACK, COPIES, MISSING))
         return {
             "backend_key": self.backend_key,
             "label": self.label,
@@ -207,13 +225,19 @@ def coverage(backend_key: str = "PrivateUse1", label: str | None = None, namespa
         statuses[operator] = tuple(entry_from_dump(operator, dump, k).kind if k else MISSING for k in watched)
 
     delegates = structured_delegates()
+    routes = PRIVATEUSE1_ROUTES if key == "PrivateUse1" else {}
 
     def transitive(operator: str, depth: int = 0) -> str:
         status = statuses.get(operator, (MISSING,))[0]
-        target = delegates.get(operator)
-        if status in COMPOSITES and target in statuses and depth < 4:
-            followed = transitive(target, depth + 1)
-            return followed if followed in (FALLBACK, MISSING) else status
+        if status not in COMPOSITES:
+            return status
+        if operator in ERROR_ONLY_DEFAULTS:
+            return MISSING
+        for target in (delegates.get(operator), routes.get(operator)):
+            if target in statuses and depth < 6:
+                followed = transitive(target, depth + 1)
+                if followed in (FALLBACK, MISSING):
+                    return followed
         return status
 
     rows = [CoverageRow(operator, backend, autograd, autocast, operator in core, transitive(operator),
@@ -221,6 +245,16 @@ def coverage(backend_key: str = "PrivateUse1", label: str | None = None, namespa
             for operator, (backend, autograd, autocast) in sorted(statuses.items())]
     name = label or (torch._C._get_privateuse1_backend_name() if key == "PrivateUse1" else key)
     return CoverageSnapshot(key, name, rows)
+
+
+def observe(snapshot: CoverageSnapshot, report) -> CoverageSnapshot:
+    """The snapshot with what a monitored run saw: the backend kernels that copied to the CPU become copies_to_cpu.
+
+    `report` is a FallbackReport from `monitor_fallbacks()` on the same backend.
+    """
+    copying = set(report.copying_kernels)
+    rows = [replace(row, transitive=COPIES) if row.operator in copying else row for row in snapshot.rows]
+    return CoverageSnapshot(snapshot.backend_key, snapshot.label, rows)
 
 
 def snapshot_from_json(text: str) -> CoverageSnapshot:

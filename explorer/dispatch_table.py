@@ -199,6 +199,10 @@ def canonical_key(key: str) -> str:
         names = [name for name in dir(torch._C.DispatchKey) if not name.startswith("_")]
         suggestions = difflib.get_close_matches(key, names, n=3)
         hint = f"; did you mean {', '.join(suggestions)}?" if suggestions else ""
+        if not hint:
+            from pu1_explorer.devices import known_devices
+
+            hint = f" (the devices this process knows: {', '.join(known_devices())})"
         raise ValueError(f"unknown dispatch key {key!r}{hint}") from None
     return key
 

@@ -18,7 +18,8 @@ from typing import Any, Iterator
 
 import torch
 
-from pu1_explorer.dispatch_table import FALLBACK, canonical_key, entry_from_dump, short_path
+from pu1_explorer.boxed import call_original
+from pu1_explorer.dispatch_table import FALLBACK, KERNEL, MISSING, canonical_key, entry_from_dump, short_path
 
 _LIBRARY_DIRECTORIES = tuple(os.path.dirname(module.__file__) + os.sep for module in (torch, contextlib))
 
@@ -29,12 +30,13 @@ class FallbackCalls:
 
     operator: str
     count: int = 0
+    copied: int = 0  # calls that copied their tensors to the CPU (aten::_to_cpu, as at::native::cpu_fallback does)
     shapes: Counter = field(default_factory=Counter)
     call_sites: Counter = field(default_factory=Counter)
 
     def to_dict(self) -> dict:
-        return {"operator": self.operator, "count": self.count, "shapes": dict(self.shapes.most_common()),
-                "call_sites": dict(self.call_sites.most_common())}
+        return {"operator": self.operator, "count": self.count, "copied": self.copied,
+                "shapes": dict(self.shapes.most_common()), "call_sites": dict(self.call_sites.most_common())}
 
 
 @dataclass
@@ -43,10 +45,17 @@ class FallbackReport:
     backend_key: str
     calls: dict[str, FallbackCalls] = field(default_factory=dict)
     watched_operators: int = 0
+    # The backend's own per-operator kernels that copied to the CPU (a kernel forwarding to cpu_fallback): calls.
+    copying_kernels: Counter = field(default_factory=Counter)
 
     @property
     def total(self) -> int:
         return sum(entry.count for entry in self.calls.values())
+
+    @property
+    def copied(self) -> int:
+        """Fallback calls that copied their tensors to the CPU and back."""
+        return sum(entry.copied for entry in self.calls.values())
 
     def ranked(self) -> list[FallbackCalls]:
         """Operators by how often they fell back, most first."""
@@ -54,18 +63,24 @@ class FallbackReport:
 
     def to_dict(self) -> dict:
         return {"backend": self.backend, "backend_key": self.backend_key, "total": self.total,
-                "watched_operators": self.watched_operators,
-                "operators": [entry.to_dict() for entry in self.ranked()]}
+                "copied": self.copied, "watched_operators": self.watched_operators,
+                "operators": [entry.to_dict() for entry in self.ranked()],
+                "copying_kernels": dict(self.copying_kernels.most_common())}
 
     def to_markdown(self) -> str:
         lines = [f"# Fallback report for {self.backend}", "",
-                 f"{self.total} call(s) of {len(self.calls)} operator(s) reached the fallback.", ""]
+                 f"{self.total} call(s) of {len(self.calls)} operator(s) reached the fallback; "
+                 f"{self.copied} copied their tensors to the CPU and back.", ""]
         if self.calls:
-            lines += ["| operator | calls | most common shapes | call sites |", "| --- | ---: | --- | --- |"]
+            lines += ["| operator | calls | copied to the CPU | most common shapes | call sites |",
+                      "| --- | ---: | ---: | --- | --- |"]
             for entry in self.ranked():
                 shapes = "; ".join(f"{shape} ×{count}" for shape, count in entry.shapes.most_common(3))
                 sites = "; ".join(f"{site} ×{count}" for site, count in entry.call_sites.most_common(3))
-                lines.append(f"| `{entry.operator}` | {entry.count} | {shapes} | {sites} |")
+                lines.append(f"| `{entry.operator}` | {entry.count} | {entry.copied} | {shapes} | {sites} |")
+        if self.copying_kernels:
+            lines += ["", "The backend's own kernels that copied to the CPU:", ""]
+            lines += [f"- `{operator}`: {count} call(s)" for operator, count in self.copying_kernels.most_common()]
         return "\n".join(lines) + "\n"
 
 
@@ -96,24 +111,51 @@ def user_call_site(skip_directories: tuple[str, ...] = ()) -> str:
 
 
 def fallback_operators(backend_key: str = "PrivateUse1") -> list[str]:
-    """The ATen overloads whose computed kernel on `backend_key` is the backend fallback."""
-    key = canonical_key(backend_key)
-    return [operator for operator in torch._C._dispatch_get_all_op_names()
-            if operator.startswith("aten::")
-            and entry_from_dump(operator, torch._C._dispatch_dump_table(operator), key).kind == FALLBACK]
+    """The ATen overloads whose computed kernel on `backend_key` is the backend fallback (those the monitor watches)."""
+    return _watched(canonical_key(backend_key))[0]
+
+
+# Never wrapped: nn.Parameter refuses a detached tensor that passed through a Python kernel.
+UNWATCHED_OPERATORS = frozenset({"aten::detach"})
+COPY_TO_CPU = "aten::_to_cpu"  # what at::native::cpu_fallback calls to move its tensor arguments to the CPU
+
+
+def _watched(key: str) -> tuple[list[str], list[str]]:
+    """The aten overloads that land on the key's fallback, and those with a kernel of the backend's own there."""
+    fallbacks, kernels = [], []
+    for operator in torch._C._dispatch_get_all_op_names():
+        if not operator.startswith("aten::") or operator in UNWATCHED_OPERATORS or operator == COPY_TO_CPU:
+            continue
+        kind = entry_from_dump(operator, torch._C._dispatch_dump_table(operator), key).kind
+        if kind == FALLBACK:
+            fallbacks.append(operator)
+        elif kind == KERNEL:
+            kernels.append(operator)
+    return fallbacks, kernels
 
 
 @contextlib.contextmanager
 def monitor_fallbacks(backend_key: str = "PrivateUse1") -> Iterator[FallbackReport]:
-    """Count the calls that reach the fallback of `backend_key` inside the block; restores the tables on exit."""
+    """Count the calls that reach the fallback of `backend_key` inside the block; restores the tables on exit.
+
+    The calls that copy their tensors to the CPU (a fallback or kernel built on
+    `at::native::cpu_fallback`) are told apart by watching `aten::_to_cpu` inside them.
+    """
     key = canonical_key(backend_key)
     name = torch._C._get_privateuse1_backend_name() if key == "PrivateUse1" else key
     report = FallbackReport(name, key)
     lock = threading.Lock()
-    operators = fallback_operators(key)
-    report.watched_operators = len(operators)
+    local = threading.local()
+    fallbacks, kernels = _watched(key)
+    report.watched_operators = len(fallbacks)
 
-    def make_kernel(operator: str, original: Any):
+    def frames() -> list[list]:
+        stack = getattr(local, "stack", None)
+        if stack is None:
+            stack = local.stack = []
+        return stack
+
+    def fallback_kernel(operator: str, original: Any):
         def kernel(keyset: Any, *arguments: Any, **keyword_arguments: Any) -> Any:
             site = user_call_site()
             shapes = _describe_inputs(arguments, keyword_arguments)
@@ -124,7 +166,38 @@ def monitor_fallbacks(backend_key: str = "PrivateUse1") -> Iterator[FallbackRepo
                 entry.count += 1
                 entry.shapes[shapes] += 1
                 entry.call_sites[site] += 1
-            return original.call_boxed(keyset, *arguments, **keyword_arguments)
+            stack = frames()
+            stack.append([operator, entry, False])
+            try:
+                return call_original(original, operator, keyset, arguments, keyword_arguments)
+            finally:
+                stack.pop()
+
+        return kernel
+
+    def own_kernel(operator: str, original: Any):
+        def kernel(keyset: Any, *arguments: Any, **keyword_arguments: Any) -> Any:
+            stack = frames()
+            stack.append([operator, None, False])
+            try:
+                return call_original(original, operator, keyset, arguments, keyword_arguments)
+            finally:
+                stack.pop()
+
+        return kernel
+
+    def copy_to_cpu(original: Any):
+        def kernel(keyset: Any, *arguments: Any, **keyword_arguments: Any) -> Any:
+            stack = frames()
+            if stack and not stack[-1][2]:
+                stack[-1][2] = True
+                operator, entry = stack[-1][0], stack[-1][1]
+                with lock:
+                    if entry is not None:
+                        entry.copied += 1
+                    else:
+                        report.copying_kernels[operator] += 1
+            return call_original(original, COPY_TO_CPU, keyset, arguments, keyword_arguments)
 
         return kernel
 
@@ -132,9 +205,13 @@ def monitor_fallbacks(backend_key: str = "PrivateUse1") -> Iterator[FallbackRepo
     dispatch_key = getattr(torch._C.DispatchKey, key)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for operator in operators:
-            original = torch.library.get_kernel(operator, key)
-            library.impl(operator[len("aten::"):], dispatch_key, make_kernel(operator, original), True)
+        for operators, make in ((fallbacks, fallback_kernel), (kernels, own_kernel)):
+            for operator in operators:
+                original = torch.library.get_kernel(operator, key)
+                library.impl(operator[len("aten::"):], dispatch_key, make(operator, original), True)
+        if entry_from_dump(COPY_TO_CPU, torch._C._dispatch_dump_table(COPY_TO_CPU), key).kind != MISSING:
+            original = torch.library.get_kernel(COPY_TO_CPU, key)
+            library.impl(COPY_TO_CPU[len("aten::"):], dispatch_key, copy_to_cpu(original), True)
     try:
         yield report
     finally:

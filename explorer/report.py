@@ -5,19 +5,68 @@ plotly.js is embedded in the page itself, so it opens with no network.
 from __future__ import annotations
 
 import html
+import runpy
 import time
-from typing import Callable
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
 
 import plotly.graph_objects as go
 
 from pu1_explorer.coverage import STATUS_ORDER, CoverageSnapshot
-from pu1_explorer.fallback_report import FallbackReport
+from pu1_explorer.devices import backend_key
+from pu1_explorer.fallback_report import FallbackReport, monitor_fallbacks
+from pu1_explorer.workloads import WORKLOADS, train
 
 STATUS_COLOURS = {
     "kernel": "#2e7d32", "composite_explicit": "#66bb6a", "composite_explicit_nonfunctional": "#9ccc65",
     "composite_implicit": "#26a69a", "autograd": "#42a5f5", "fallback": "#ef6c00", "fallthrough": "#bdbdbd",
-    "missing": "#c62828",
+    "missing": "#c62828", "copies_to_cpu": "#8d6e63",
 }
+
+
+@dataclass
+class WorkloadResult:
+    """How one workload of the report ran: its name, its time, and the error that stopped it, if any."""
+
+    name: str
+    seconds: float
+    error: str | None = None
+
+
+def check_workloads(names: Sequence[str]) -> None:
+    """Refuse an unknown workload name or a missing file before anything runs."""
+    for name in names:
+        if name.endswith(".py"):
+            if not Path(name).is_file():
+                raise FileNotFoundError(f"--workload {name}: no such file")
+        elif name not in WORKLOADS:
+            raise ValueError(f"--workload {name}: unknown; give one of {', '.join(WORKLOADS)} or a .py file")
+
+
+def run_workloads(device: str, names: Sequence[str] | None = None, steps: int = 2,
+                  progress: Callable[[str], None] = lambda message: None) -> tuple[FallbackReport, list[WorkloadResult]]:
+    """Run each workload under one fallback monitor; a failing workload is recorded and the next one still runs."""
+    names = list(names or WORKLOADS)
+    check_workloads(names)
+    results = []
+    with monitor_fallbacks(backend_key(device)) as fallbacks:
+        for name in names:
+            started = time.perf_counter()
+            try:
+                if name.endswith(".py"):
+                    runpy.run_path(name, init_globals={"device": device}, run_name="__main__")
+                else:
+                    train(name, device, steps=steps)
+                error = None
+            except Exception as failure:  # the report shows it; the other workloads still run
+                frame = traceback.extract_tb(failure.__traceback__)[-1]
+                first_line = str(failure).strip().splitlines()[0] if str(failure).strip() else ""
+                error = f"{type(failure).__name__}: {first_line} ({Path(frame.filename).name}:{frame.lineno})"
+            results.append(WorkloadResult(name, time.perf_counter() - started, error))
+            progress(f"workload {name}: " + (f"failed: {error}" if error else f"{results[-1].seconds:.1f} s"))
+    return fallbacks, results
 
 
 def coverage_figure(snapshot: CoverageSnapshot) -> go.Figure:
@@ -53,7 +102,7 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def build_report(snapshot: CoverageSnapshot, fallbacks: FallbackReport, workload: str,
+def build_report(snapshot: CoverageSnapshot, fallbacks: FallbackReport, workloads: Sequence[WorkloadResult],
                  progress: Callable[[str], None] = lambda message: None) -> str:
     """The whole page as one HTML string."""
     progress("drawing the charts")
@@ -62,7 +111,9 @@ def build_report(snapshot: CoverageSnapshot, fallbacks: FallbackReport, workload
     charts = coverage_figure(snapshot).to_html(include_plotlyjs=True, full_html=False)
     if fallbacks.calls:
         charts += fallback_figure(fallbacks).to_html(include_plotlyjs=False, full_html=False)
-    fallback_rows = [[entry.operator, entry.count, "; ".join(f"{s} ×{c}" for s, c in entry.shapes.most_common(3)),
+    workload_rows = [[result.name, f"{result.seconds:.2f} s", result.error or "ran"] for result in workloads]
+    workload_names = ", ".join(result.name for result in workloads) or "none"
+    fallback_rows = [[entry.operator, entry.count, entry.copied, "; ".join(f"{s} ×{c}" for s, c in entry.shapes.most_common(3)),
                       "; ".join(f"{s} ×{c}" for s, c in entry.call_sites.most_common(2))]
                      for entry in fallbacks.ranked()]
     falling_back = [[row.operator, row.backend, row.transitive, row.autograd, "yes" if row.core else ""]
@@ -80,9 +131,12 @@ th {{ background: #f3f3f3; position: sticky; top: 0; }} .scroll {{ max-height: 3
 <p>{summary['operators']} ATen overloads: {summary['without_fallback_percent']}% run without the fallback
 (core ATen: {core['without_fallback_percent']}% of {core['operators']}).</p>
 {charts}
-<h2>Fallback report of the reference workload ({html.escape(workload)})</h2>
-<p>{fallbacks.total} call(s) of {len(fallbacks.calls)} operator(s) reached the fallback.</p>
-<div class="scroll">{_table(["operator", "calls", "shapes", "call sites"], fallback_rows)}</div>
+<h2>Workloads</h2>
+{_table(["workload", "time", "result"], workload_rows)}
+<h2>Fallback report of the workloads ({html.escape(workload_names)})</h2>
+<p>{fallbacks.total} call(s) of {len(fallbacks.calls)} operator(s) reached the fallback;
+{fallbacks.copied} of them copied their tensors to the CPU and back.</p>
+<div class="scroll">{_table(["operator", "calls", "copied to the CPU", "shapes", "call sites"], fallback_rows)}</div>
 <h2>Overloads that land on the fallback ({len(falling_back)})</h2>
 <div class="scroll">{_table(["operator", "backend key", "transitive", "autograd key", "core"], falling_back)}</div>
 </body></html>

@@ -1,10 +1,15 @@
 """A faithful trace of every dispatcher hop of real eager execution.
 
 `with trace(device="sim") as recorded: ...` registers, for every ATen operator and
-each dispatch key of interest, a Python kernel that records the hop and calls the
-kernel that was there before (`torch.library.get_kernel(...).call_boxed`), so the
-computation is the one PyTorch would run anyway. On exit, also on an exception,
-the registrations are destroyed and the dispatcher's tables are as before.
+each dispatch key of interest, a kernel that records the hop and calls the kernel
+that was computed there before, so the computation is the one PyTorch would run
+anyway. On exit, also on an exception, the registrations are dropped and the
+dispatcher's tables are as before.
+
+The recording kernels are native (boxed C++ kernels of `pu1_explorer._native` that
+append to a C++ buffer; the hops are built from it). The original recording with
+Python kernels (`torch.library.get_kernel(...).call_boxed`) remains, selected with
+`PU1_EXPLORER_TRACER=python` or `Tracer(device, native=False)`; both record the same hops.
 
 Fallthrough keys cannot be wrapped (a kernel there would change what runs), so
 they are reported from the computed table as skipped hops.
@@ -15,6 +20,7 @@ import contextlib
 import ctypes
 import functools
 import json
+import os
 import threading
 import time
 import warnings
@@ -23,7 +29,9 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from pu1_explorer.dispatch_table import FALLTHROUGH, MISSING, entry_from_dump
+from pu1_explorer.boxed import call_original, native_helper, rewrap_numbers
+from pu1_explorer.devices import check_device
+from pu1_explorer.dispatch_table import FALLTHROUGH, MISSING, _parse_line, entry_from_dump
 
 SCHEMA_VERSION = 1
 
@@ -125,6 +133,21 @@ class Trace:
         return [hop for hop in self.hops if hop.parent == index]
 
 
+def _get_hops(recorded: Trace) -> list[Hop]:
+    # While a native trace runs, the hops live in its C++ buffer: bring the list up to date.
+    refresh = recorded.__dict__.get("_refresh")
+    if refresh is not None:
+        refresh()
+    return recorded.__dict__["_hops"]
+
+
+def _set_hops(recorded: Trace, hops: list[Hop]) -> None:
+    recorded.__dict__["_hops"] = hops
+
+
+Trace.hops = property(_get_hops, _set_hops, doc="The hops, in the order they started.")  # type: ignore[assignment]
+
+
 def _higher_first(first: str, second: str) -> int:
     keyset = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, first)).add(
         getattr(torch._C.DispatchKey, second))
@@ -148,32 +171,6 @@ def key_priority() -> tuple[str, ...]:
     return tuple(sorted(runtime, key=functools.cmp_to_key(_higher_first)))
 
 
-def _native():
-    """The explorer's compiled helper, built at install time."""
-    try:
-        from pu1_explorer import _native as native
-    except ImportError as error:
-        raise ImportError(
-            f"pu1_explorer: the compiled helper pu1_explorer._native is missing or broken ({error}); rebuild it "
-            "from the project folder with `make setup` or `pip install --no-build-isolation -e .`"
-        ) from None
-    return native
-
-
-@functools.lru_cache(maxsize=None)
-def _tensor_positions(operator: str) -> tuple[frozenset[int], frozenset[str]]:
-    """Positions and names of the arguments that the schema types as Tensor."""
-    namespace, _, name = operator.partition("::")
-    base, _, overload = name.partition(".")
-    schema = getattr(getattr(getattr(torch.ops, namespace), base), overload or "default")._schema
-    positions, names = set(), set()
-    for index, argument in enumerate(schema.arguments):
-        if str(argument.type) == "Tensor":
-            (names if argument.kwarg_only else positions).add(index)
-            names.add(argument.name)
-    return frozenset(positions), frozenset(names)
-
-
 def _keys_of(keyset: Any) -> list[str]:
     text = str(keyset)
     inside = text[text.find("(") + 1: text.rfind(")")]
@@ -192,22 +189,174 @@ def _tensor_infos(arguments: tuple, keyword_arguments: dict) -> list[TensorInfo]
     return infos
 
 
+def native_recording_available() -> bool:
+    """True when hops can be recorded natively (the compiled helper has the recorder, and
+    PU1_EXPLORER_TRACER does not ask for the Python recording)."""
+    if os.environ.get("PU1_EXPLORER_TRACER", "native").lower() == "python":
+        return False
+    try:
+        return hasattr(native_helper(), "HopRecorder")
+    except ImportError:
+        return False
+
+
+_active_lock = threading.Lock()
+_active: list[Tracer] = []
+
+
+def _claim(tracer: Tracer) -> None:
+    with _active_lock:
+        if _active:
+            raise RuntimeError("pu1_explorer.trace: a trace is already active in this process; traces cannot be "
+                               "nested or run concurrently (the dispatch tables they wrap are process-wide), so "
+                               "leave the first `with trace(...)` block before entering another")
+        _active.append(tracer)
+
+
+def _release(tracer: Tracer) -> None:
+    with _active_lock:
+        if tracer in _active:
+            _active.remove(tracer)
+
+
+class _NativeHops:
+    """Builds Hop objects from the native recorder's buffer, incrementally and in order."""
+
+    def __init__(self, recorder: Any, recorded: Trace, priority: dict[str, int]) -> None:
+        self._recorder = recorder
+        self._trace = recorded
+        self._priority = priority
+        self._sites = recorder.sites()
+        self._site_entries: dict[int, tuple[str, str]] = {}
+        self._computed_is_fallthrough = native_helper().computed_is_fallthrough
+        self._keysets: list[tuple[str, ...]] = []
+        self._by_record: list[Hop] = []
+        self._running: dict[int, Hop] = {}
+        self._dtypes: dict[Any, str] = {}
+        self._fallthrough: dict[tuple[str, str], bool] = {}
+
+    def _site_entry(self, site: int) -> tuple[str, str]:
+        """Kind and provenance of a wrapped kernel, read as the table dump would show them."""
+        entry = self._site_entries.get(site)
+        if entry is None:
+            operator, key, tag, debug = self._sites[site]
+            parsed = _parse_line(operator, f"{key}: {debug} [{tag}]")
+            entry = self._site_entries[site] = (parsed.kind, parsed.provenance) if parsed else (MISSING, "")
+        return entry
+
+    def _is_fallthrough(self, operator: str, key: str) -> bool:
+        # Keys passed over are never wrapped, so their computed kernels are the same during the trace.
+        known = self._fallthrough.get((operator, key))
+        if known is None:
+            known = self._fallthrough[(operator, key)] = self._computed_is_fallthrough(operator, key)
+        return known
+
+    def _skipped_before(self, operator: str, key: str, keys: list[str], parent: Hop | None) -> list[str]:
+        """As Tracer._skipped_before: the fallthrough keys passed over on the way to `key`."""
+        priority = self._priority
+        rank = priority.get(key, 0)
+        floor = priority.get(parent.key, -1) if parent is not None and parent.operator == operator else -1
+        skipped = [candidate for candidate in keys
+                   if floor < priority.get(candidate, 0) < rank and self._is_fallthrough(operator, candidate)]
+        return sorted(skipped, key=lambda name: priority.get(name, 0))
+
+    def refresh(self) -> None:
+        """Append the hops recorded since the last call, and finish those that were still running."""
+        hops = self._trace.__dict__["_hops"]
+        if self._running:
+            indices = list(self._running)
+            for index, (duration, error, finished) in zip(indices, self._recorder.endings(indices)):
+                hop = self._running[index]
+                hop.duration_ns, hop.error = duration, error
+                if finished:
+                    del self._running[index]
+        records = self._recorder.records(len(self._by_record))
+        if not records:
+            return
+        if max(record[1] for record in records) >= len(self._keysets):
+            rank = self._priority
+            self._keysets = [tuple(sorted(names, key=lambda name: rank.get(name, len(rank))))
+                             for names in self._recorder.keysets()]
+        dtypes = self._dtypes
+        for site, keyset, parent_record, depth, start_ns, duration_ns, backward, inputs, error, finished in records:
+            operator, key = self._sites[site][:2]
+            entry = self._site_entry(site)
+            parent = self._by_record[parent_record] if parent_record is not None else None
+            parent_index = parent.index if parent is not None else None
+            keys = list(self._keysets[keyset])
+            phase = "backward" if backward else "forward"
+            for skipped_key in self._skipped_before(operator, key, keys, parent):
+                hops.append(Hop(len(hops), operator, skipped_key, FALLTHROUGH, keys, depth, parent_index, start_ns,
+                                phase=phase, skipped=True))
+            infos = []
+            for shape, dtype, device in inputs:
+                name = dtypes.get(dtype)
+                if name is None:
+                    name = dtypes[dtype] = str(dtype)
+                infos.append(TensorInfo(shape, name, device))
+            hop = Hop(len(hops), operator, key, entry[0], keys, depth, parent_index, start_ns, duration_ns, phase,
+                      provenance=entry[1], inputs=infos, error=error)
+            hops.append(hop)
+            if not finished:
+                self._running[len(self._by_record)] = hop
+            self._by_record.append(hop)
+
+
 class Tracer:
     """Records hops while active; use `trace()` rather than this class directly."""
 
-    def __init__(self, device: str) -> None:
+    def __init__(self, device: str, native: bool | None = None) -> None:
         self.trace = Trace(device=device)
+        self.native = native_recording_available() if native is None else native
         self._local = threading.local()
         self._priority = {name: rank for rank, name in enumerate(key_priority())}
         self._dumps: dict[str, str] = {}
         self._keyset_names: dict[int, tuple[str, ...]] = {}
         self._kinds: dict[tuple[str, str], str] = {}
         self._libraries: dict[str, Any] = {}
+        self._recorder: Any = None
+        self._collector: _NativeHops | None = None
         self._device_type = "privateuse1" if torch.device(device).type not in ("cpu", "meta") else "cpu"
-        self._wrapped_number = _native().wrapped_number
 
     # ------------------------------------------------------------------ wrapping
     def install(self) -> None:
+        """Wrap every (operator, key) of interest; refused while another trace is active."""
+        _claim(self)
+        try:
+            if self.native:
+                self._install_native()
+            else:
+                self._install_python()
+        except BaseException:
+            self._recorder = None
+            self._libraries = {}
+            _release(self)
+            raise
+
+    def uninstall(self) -> None:
+        """Drop the wrappers: the dispatch tables are exactly as before install()."""
+        try:
+            if self._recorder is not None:
+                self._recorder.uninstall()
+                self.trace.__dict__.pop("_refresh", None)
+                self._recorder = None
+                if self._collector is not None:
+                    self._collector.refresh()
+                    self._collector = None  # the native buffer goes with it
+            self._libraries = {}  # the last references: the registrations go with them
+        finally:
+            _release(self)
+
+    def _install_native(self) -> None:
+        keys = TRACE_KEYS[self._device_type]
+        recorder = native_helper().HopRecorder(list(TRACED_NAMESPACES), sorted(UNTRACED_OPERATORS), list(keys))
+        self._collector = _NativeHops(recorder, self.trace, self._priority)
+        recorder.install()
+        self._recorder = recorder
+        self.trace.__dict__["_refresh"] = self._collector.refresh
+        self.trace.wrapped_operators = recorder.operator_count()
+
+    def _install_python(self) -> None:
         keys = TRACE_KEYS[self._device_type]
         plan = []
         for operator in torch._C._dispatch_get_all_op_names():
@@ -232,25 +381,11 @@ class Tracer:
         self._libraries = libraries
         self.trace.wrapped_operators = len({operator for operator, *_ in plan})
 
-    def uninstall(self) -> None:
-        self._libraries = {}  # the last references: the registrations go with them
-
     def _make_kernel(self, operator: str, key: str, kind: str, provenance: str, original: Any):
         record = self._record
-        wrapped_number = self._wrapped_number
-        numbers = (int, float, bool, complex)
 
         def kernel(keyset: Any, *arguments: Any, **keyword_arguments: Any) -> Any:
-            # A wrapped-number tensor reaches a Python kernel as a plain number: wrap it back.
-            if not any(type(value) in numbers for value in arguments) and not keyword_arguments:
-                return record(operator, key, kind, provenance, original, keyset, arguments, keyword_arguments)
-            positions, names = _tensor_positions(operator)
-            if any(type(arguments[i]) in numbers for i in positions if i < len(arguments)):
-                arguments = tuple(wrapped_number(value) if i in positions and type(value) in numbers
-                                  else value for i, value in enumerate(arguments))
-            if keyword_arguments and any(type(keyword_arguments.get(n)) in numbers for n in names):
-                keyword_arguments = {n: wrapped_number(v) if n in names and type(v) in numbers
-                                     else v for n, v in keyword_arguments.items()}
+            arguments, keyword_arguments = rewrap_numbers(operator, arguments, keyword_arguments)
             return record(operator, key, kind, provenance, original, keyset, arguments, keyword_arguments)
 
         return kernel
@@ -324,7 +459,7 @@ class Tracer:
         hops.append(hop)
         stack.append(hop)
         try:
-            return original.call_boxed(keyset, *arguments, **keyword_arguments)
+            return call_original(original, operator, keyset, arguments, keyword_arguments)
         except BaseException as error:
             hop.error = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
             raise
@@ -338,9 +473,10 @@ def trace(device: str | torch.device = "cpu") -> Iterator[Trace]:
     """Record every dispatcher hop inside the block; the tables are restored on exit, also on an exception.
 
     `device` selects the keys to wrap: "cpu" for CPU tensors, or the PrivateUse1
-    backend's name ("sim", or any other backend) for its tensors.
+    backend's name ("sim", or any other backend) for its tensors. One trace at a time:
+    entering a second one while a trace is active raises RuntimeError.
     """
-    tracer = Tracer(str(device))
+    tracer = Tracer(check_device(device))
     tracer.install()
     try:
         yield tracer.trace
@@ -383,14 +519,16 @@ def _time_limit(seconds: float) -> Iterator[None]:
         timer.cancel()
 
 
-def run_traced(code: str | Callable[[], object], device: str = "sim", timeout: float = 10.0,
+def run_traced(code: str | Callable[[], object], device: str | None = None, timeout: float = 10.0,
                namespace: dict | None = None) -> Trace:
     """Run code (Python statements, or a callable) under the tracer and return its trace, never raising.
 
-    The code sees `torch` and `device`. An exception ends the run; the trace keeps the
-    hops up to it and records the error. Python code still running after `timeout`
-    seconds is stopped (a single long native kernel finishes first).
+    The code sees `torch` and `device` (default: the loaded PrivateUse1 backend). An
+    exception ends the run; the trace keeps the hops up to it and records the error.
+    Python code still running after `timeout` seconds is stopped (a single long native
+    kernel finishes first). Only an unknown device raises, before anything runs.
     """
+    device = check_device(device)
     if isinstance(code, str):
         try:
             compiled = compile(code, "<traced code>", "exec")

@@ -68,3 +68,17 @@ def installed_wheel(project_wheel, tmp_path_factory) -> Path:
     from tests.environments import install_into
 
     return install_into(tmp_path_factory.mktemp("installed") / "site", project_wheel)
+
+
+@pytest.fixture(scope="session")
+def fixture_backend_env(tmp_path_factory) -> dict[str, str]:
+    """The environment under which a fresh interpreter can `import torch_toy`, the second C++ test backend: built
+    once per test run by whichever worker needs it first while the others wait."""
+    from filelock import FileLock
+
+    from tests.fixture_backend import build_fixture_backend
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # this run's folder, for every worker
+    with FileLock(str(shared / "fixture-backend.lock")):
+        return build_fixture_backend(shared / "fixture-backend")

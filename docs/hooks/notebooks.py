@@ -39,7 +39,7 @@ _started = 0.0
 # Everything an executed notebook depends on besides itself: the code it runs, the data files
 # it reads, this hook and the versions of torch and Python.
 _INPUTS = {"backend": (".py", ".cpp", ".h", ".json"), "explorer": (".py", ".cpp", ".h", ".json"),
-           "tests/backend": (".md",)}
+           "tests/backend": (".md",), "tests/fixture_backend": (".py", ".cpp", ".h")}
 
 
 def _fingerprint(notebook: Path) -> str:

@@ -1,10 +1,30 @@
-// Small native helpers of the explorer engine; nothing here registers anything.
+// Native helpers of the explorer engine: the wrapped-number helper, and the native hop
+// recorder of the tracer (boxed kernels that record each dispatcher hop into a C++ buffer
+// and call the kernel that was computed for that key before).
 #include <torch/extension.h>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/function.h>
+
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <ctime>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace py = pybind11;
 
 // A scalar as the dispatcher passes it between kernels: a 0-dim CPU tensor marked as
 // a "wrapped number", which takes part in type promotion like a Python number does.
 // Python kernels receive such tensors as plain numbers; handing them back needs this.
-static at::Tensor wrapped_number(pybind11::handle value) {
+static at::Tensor wrapped_number(py::handle value) {
   c10::Scalar scalar;
   if (PyBool_Check(value.ptr())) {
     scalar = c10::Scalar(value.ptr() == Py_True);
@@ -22,6 +42,513 @@ static at::Tensor wrapped_number(pybind11::handle value) {
   return tensor;
 }
 
+namespace {
+
+// The dispatcher keeps two things private that the tracer must read without changing
+// anything: the kernel inside a SafeKernelFunction (is it a fallthrough, which registration
+// is it) and an operator's entry (its registered kernels). An explicit instantiation may
+// name private members; these accessors go through that rule rather than guess layouts.
+template <auto Member, typename Tag>
+struct Expose {
+  friend constexpr auto exposed(Tag) { return Member; }
+};
+struct ComputedKernel {
+  friend constexpr auto exposed(ComputedKernel);
+};
+struct HandleDefinition {
+  friend constexpr auto exposed(HandleDefinition);
+};
+struct BoxedPart {
+  friend constexpr auto exposed(BoxedPart);
+};
+struct UnboxedPart {
+  friend constexpr auto exposed(UnboxedPart);
+};
+struct SymUnboxedPart {
+  friend constexpr auto exposed(SymUnboxedPart);
+};
+template struct Expose<&c10::SafeKernelFunction::kernel_, ComputedKernel>;
+template struct Expose<&c10::KernelFunction::boxed_kernel_func_, BoxedPart>;
+template struct Expose<&c10::KernelFunction::unboxed_kernel_func_, UnboxedPart>;
+template struct Expose<&c10::KernelFunction::sym_unboxed_kernel_func_, SymUnboxedPart>;
+template struct Expose<&c10::OperatorHandle::operatorDef_, HandleDefinition>;
+
+const c10::KernelFunction& kernel_of(const c10::SafeKernelFunction& kernel) {
+  return kernel.*exposed(ComputedKernel{});
+}
+
+const c10::impl::OperatorEntry& entry_of(const c10::OperatorHandle& handle) {
+  return (handle.*exposed(HandleDefinition{}))->op;
+}
+
+// The same registered kernel: the same functor object and functions (a table entry is a copy).
+bool same_kernel(const c10::KernelFunction& first, const c10::KernelFunction& second) {
+  const c10::BoxedKernel& first_boxed = first.*exposed(BoxedPart{});
+  const c10::BoxedKernel& second_boxed = second.*exposed(BoxedPart{});
+  static_assert(sizeof(c10::BoxedKernel) == 2 * sizeof(void*), "BoxedKernel is a functor and a function pointer");
+  return std::memcmp(static_cast<const void*>(&first_boxed), static_cast<const void*>(&second_boxed),
+                     sizeof(c10::BoxedKernel)) == 0 &&
+         first.*exposed(UnboxedPart{}) == second.*exposed(UnboxedPart{}) &&
+         first.*exposed(SymUnboxedPart{}) == second.*exposed(SymUnboxedPart{});
+}
+
+// Where a computed kernel comes from, with the tag the dispatcher's table dump gives it:
+// a registration for the key itself, one for an alias key, else the key's backend fallback.
+const char* source_tag(const c10::impl::OperatorEntry& entry, c10::DispatchKey key, const c10::KernelFunction& kernel) {
+  using c10::DispatchKey;
+  auto registered_as = [&](DispatchKey registered) {
+    return entry.hasKernelForDispatchKey(registered) && same_kernel(entry.kernelForDispatchKey(registered), kernel);
+  };
+  if (registered_as(key)) return "kernel";
+  if (registered_as(DispatchKey::CompositeExplicitAutogradNonFunctional) ||
+      registered_as(DispatchKey::CompositeExplicitAutograd)) {
+    return "default backend kernel";
+  }
+  if (registered_as(DispatchKey::CompositeImplicitAutogradNestedTensor)) return "nested kernel";
+  if (registered_as(DispatchKey::CompositeImplicitAutograd)) return "math kernel";
+  if (registered_as(DispatchKey::Autograd)) return "autograd kernel";
+  return "backend fallback";
+}
+
+std::optional<c10::OperatorHandle> find_operator(const std::string& full_name) {
+  auto separator = full_name.find('.', full_name.find("::"));
+  c10::OperatorName name(full_name.substr(0, separator),
+                         separator == std::string::npos ? "" : full_name.substr(separator + 1));
+  return c10::Dispatcher::singleton().findSchema(name);
+}
+
+// Whether calling `operator_name` with `key` passes over it (its computed kernel is a fallthrough).
+bool computed_is_fallthrough(const std::string& operator_name, const std::string& key_name) {
+  auto handle = find_operator(operator_name);
+  if (!handle.has_value()) return false;
+  c10::DispatchKey key = c10::parseDispatchKey(key_name);
+  const c10::impl::OperatorEntry& entry = entry_of(*handle);
+  return entry.hasComputedKernelForDispatchKey(key) && entry.lookup(c10::DispatchKeySet(key)).isFallthrough();
+}
+
+int64_t now_ns() {
+  // CLOCK_MONOTONIC, the clock of Python's time.perf_counter_ns() on Linux.
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<int64_t>(now.tv_sec) * 1000000000LL + now.tv_nsec;
+}
+
+// A set of runtime dispatch keys, one bit per DispatchKey value.
+static_assert(static_cast<uint16_t>(c10::DispatchKey::EndOfRuntimeBackendKeys) < 256, "runtime keys fit in 256 bits");
+struct KeyBits {
+  std::array<uint64_t, 4> words{};
+  void set(uint16_t key) {
+    if (key < 256) {
+      words[key >> 6] |= uint64_t{1} << (key & 63);
+    }
+  }
+  void merge(const KeyBits& other) {
+    for (size_t i = 0; i < words.size(); ++i) words[i] |= other.words[i];
+  }
+  void remove(const KeyBits& other) {
+    for (size_t i = 0; i < words.size(); ++i) words[i] &= ~other.words[i];
+  }
+  bool operator==(const KeyBits& other) const { return words == other.words; }
+};
+
+struct KeyBitsHash {
+  size_t operator()(const KeyBits& bits) const {
+    size_t hash = 0;
+    for (uint64_t word : bits.words) hash = hash * 1000003u ^ std::hash<uint64_t>{}(word);
+    return hash;
+  }
+};
+
+// The runtime keys of a key set, by name: what iterating (and printing) the set yields.
+const KeyBits& bits_of(c10::DispatchKeySet keyset) {
+  thread_local std::unordered_map<uint64_t, KeyBits> cache;
+  auto found = cache.find(keyset.raw_repr());
+  if (found != cache.end()) return found->second;
+  KeyBits bits;
+  for (c10::DispatchKey key : keyset) bits.set(static_cast<uint16_t>(key));
+  return cache.emplace(keyset.raw_repr(), bits).first->second;
+}
+
+struct TensorMeta {
+  c10::SmallVector<int64_t, 5> shape;
+  c10::ScalarType dtype;
+  c10::Device device;
+};
+
+struct Record {
+  int32_t site = 0;
+  int32_t keyset = 0;
+  int32_t parent = -1;
+  int32_t depth = 0;
+  int64_t start_ns = 0;
+  int64_t duration_ns = 0;
+  bool backward = false;
+  bool finished = false;
+  bool failed = false;
+  std::vector<TensorMeta> inputs;
+  std::string error;
+};
+
+struct Site {
+  std::string operator_name;
+  std::string key_name;
+  std::string tag;
+  std::string debug;
+  c10::OperatorName name;
+  c10::DispatchKey key;
+  int32_t operator_id;
+  std::optional<c10::SafeKernelFunction> original;
+};
+
+class Session;
+
+struct Frame {
+  const Session* session;
+  int32_t record;
+  int32_t operator_id;
+  int32_t keyset;
+  int32_t depth;
+};
+thread_local std::vector<Frame> frames;
+
+std::atomic<Session*> active_session{nullptr};
+
+class QuietWarnings final : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning& /*warning*/) override {}
+};
+
+// The exception being handled, as Python would show it: "TypeName: first line of the message".
+std::string describe_current_exception() {
+  auto first_line = [](const std::string& text) { return text.substr(0, text.find('\n')); };
+  auto python_name = [](PyObject* type) {
+    std::string name = reinterpret_cast<PyTypeObject*>(type)->tp_name;
+    auto dot = name.rfind('.');
+    return dot == std::string::npos ? name : name.substr(dot + 1);
+  };
+  auto python_text = [&](PyObject* type, PyObject* value) {
+    std::string text;
+    if (value != nullptr) {
+      PyObject* str = PyObject_Str(value);
+      if (str != nullptr) {
+        const char* utf8 = PyUnicode_AsUTF8(str);
+        if (utf8 != nullptr) text = utf8;
+        Py_DECREF(str);
+      }
+      PyErr_Clear();
+    }
+    return python_name(type) + ": " + first_line(text);
+  };
+  auto c10_text = [&](const char* name, const c10::Error& error) {
+    return std::string(name) + ": " + first_line(torch::processErrorMsg(error.what_without_backtrace()));
+  };
+  try {
+    throw;
+  } catch (python_error& error) {
+    py::gil_scoped_acquire gil;
+    if (error.type != nullptr) return python_text(error.type, error.value);
+    PyObject *type = nullptr, *value = nullptr, *traceback = nullptr;
+    PyErr_Fetch(&type, &value, &traceback);
+    std::string text = type != nullptr ? python_text(type, value) : "RuntimeError: " + first_line(error.what());
+    PyErr_Restore(type, value, traceback);
+    return text;
+  } catch (py::error_already_set& error) {
+    py::gil_scoped_acquire gil;
+    return python_text(error.type().ptr(), error.value().ptr());
+  } catch (const c10::IndexError& error) {
+    return c10_text("IndexError", error);
+  } catch (const c10::ValueError& error) {
+    return c10_text("ValueError", error);
+  } catch (const c10::TypeError& error) {
+    return c10_text("TypeError", error);
+  } catch (const c10::NotImplementedError& error) {
+    return c10_text("NotImplementedError", error);
+  } catch (const c10::BufferError& error) {
+    return c10_text("BufferError", error);
+  } catch (const c10::SyntaxError& error) {
+    return c10_text("SyntaxError", error);
+  } catch (const c10::LinAlgError& error) {
+    return c10_text("_LinAlgError", error);
+  } catch (const c10::OutOfMemoryError& error) {
+    return c10_text("OutOfMemoryError", error);
+  } catch (const c10::DistBackendError& error) {
+    return c10_text("DistBackendError", error);
+  } catch (const c10::DistNetworkError& error) {
+    return c10_text("DistNetworkError", error);
+  } catch (const c10::DistQueueEmptyError& error) {
+    return c10_text("DistQueueEmptyError", error);
+  } catch (const c10::DistStoreError& error) {
+    return c10_text("DistStoreError", error);
+  } catch (const c10::DistError& error) {
+    return c10_text("DistError", error);
+  } catch (const c10::AcceleratorError& error) {
+    return c10_text("AcceleratorError", error);
+  } catch (const c10::Error& error) {
+    return c10_text("RuntimeError", error);
+  } catch (torch::PyTorchError& error) {
+    py::gil_scoped_acquire gil;
+    return python_name(error.python_type()) + ": " + first_line(torch::processErrorMsg(error.what()));
+  } catch (const std::exception& error) {
+    return "RuntimeError: " + first_line(torch::processErrorMsg(error.what()));
+  } catch (...) {
+    return "RuntimeError: unknown C++ exception";
+  }
+}
+
+class Session {
+ public:
+  // Plans the wrapping: every operator of `namespaces` (less `excluded`) with a schema, on
+  // each of `keys` whose computed kernel exists and is not a fallthrough.
+  Session(const std::vector<std::string>& namespaces, const std::vector<std::string>& excluded,
+          const std::vector<std::string>& keys) {
+    std::vector<c10::DispatchKey> wrap_keys;
+    for (const auto& key : keys) wrap_keys.push_back(c10::parseDispatchKey(key));
+    auto& dispatcher = c10::Dispatcher::singleton();
+    for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
+      std::string full = name.name + (name.overload_name.empty() ? "" : "." + name.overload_name);
+      std::string ns = full.substr(0, full.find("::"));
+      if (std::find(namespaces.begin(), namespaces.end(), ns) == namespaces.end() ||
+          std::find(excluded.begin(), excluded.end(), full) != excluded.end()) {
+        continue;
+      }
+      auto handle = dispatcher.findSchema(name);
+      if (!handle.has_value()) continue;
+      const c10::impl::OperatorEntry& entry = entry_of(*handle);
+      int32_t operator_id = static_cast<int32_t>(operator_names_.size());
+      bool wrapped = false;
+      for (size_t i = 0; i < keys.size(); ++i) {
+        c10::DispatchKey key = wrap_keys[i];
+        if (!entry.hasComputedKernelForDispatchKey(key) || entry.lookup(c10::DispatchKeySet(key)).isFallthrough()) {
+          continue;
+        }
+        c10::SafeKernelFunction original = handle->getComputedKernelForDispatchKey(key);
+        std::string tag = source_tag(entry, key, kernel_of(original));
+        std::string debug = original.debug();
+        sites_.push_back(Site{full, keys[i], std::move(tag), std::move(debug), name, key, operator_id, std::move(original)});
+        wrapped = true;
+      }
+      if (wrapped) operator_names_.push_back(full);
+    }
+  }
+
+  ~Session() { uninstall(); }
+
+  void install() {
+    Session* expected = nullptr;
+    TORCH_CHECK(active_session.compare_exchange_strong(expected, this),
+                "a dispatcher trace is already active in this process; nested or concurrent traces are not supported");
+    try {
+      QuietWarnings quiet;  // overriding a kernel warns; the override is undone on exit
+      c10::WarningUtils::WarningHandlerGuard guard(&quiet);
+      auto& dispatcher = c10::Dispatcher::singleton();
+      handles_.reserve(sites_.size());
+      for (size_t i = 0; i < sites_.size(); ++i) {
+        auto kernel = c10::KernelFunction::makeFromBoxedFunctor(std::make_unique<HopKernel>(this, static_cast<int32_t>(i)));
+        handles_.push_back(dispatcher.registerImpl(sites_[i].name, sites_[i].key, std::move(kernel), std::nullopt,
+                                                   nullptr, "registered by the pu1_explorer tracer"));
+      }
+    } catch (...) {
+      uninstall();
+      throw;
+    }
+  }
+
+  void uninstall() {
+    handles_.clear();  // each handle deregisters its kernel
+    Session* self = this;
+    active_session.compare_exchange_strong(self, nullptr);
+  }
+
+  py::list sites() const {
+    py::list result;
+    for (const Site& site : sites_) {
+      result.append(py::make_tuple(site.operator_name, site.key_name, site.tag, site.debug));
+    }
+    return result;
+  }
+
+  size_t operator_count() const { return operator_names_.size(); }
+  size_t hop_count() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return records_.size();
+  }
+
+  // The interned key sets, each as the names of its runtime keys.
+  py::list keysets() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    py::list result;
+    for (const KeyBits& bits : keysets_) {
+      py::list names;
+      for (uint16_t key = 0; key < 256; ++key) {
+        if (bits.words[key >> 6] & (uint64_t{1} << (key & 63))) {
+          names.append(c10::toString(static_cast<c10::DispatchKey>(key)));
+        }
+      }
+      result.append(names);
+    }
+    return result;
+  }
+
+  // The hops recorded from index `start` on, in the order they started, as tuples
+  // (site, keyset, parent, depth, start_ns, duration_ns, backward, inputs, error, finished),
+  // inputs as (shape, dtype, device) tuples.
+  py::list records(size_t start) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    py::list result;
+    for (size_t i = start; i < records_.size(); ++i) result.append(as_tuple(records_[i]));
+    return result;
+  }
+
+  // (duration_ns, error, finished) of the given hops: those still running when last read.
+  py::list endings(const std::vector<size_t>& indices) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    py::list result;
+    for (size_t i : indices) {
+      const Record& record = records_.at(i);
+      result.append(py::make_tuple(record.duration_ns, error_of(record), record.finished));
+    }
+    return result;
+  }
+
+ private:
+  struct HopKernel final : c10::OperatorKernel {
+    HopKernel(Session* session, int32_t site) : session(session), site(site) {}
+    void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keyset, torch::jit::Stack* stack) {
+      session->call(site, op, keyset, stack);
+    }
+    Session* session;
+    int32_t site;
+  };
+
+  static py::object error_of(const Record& record) {
+    return record.failed ? py::object(py::str(record.error)) : py::object(py::none());
+  }
+
+  py::tuple as_tuple(const Record& record) {
+    py::list inputs;
+    for (const TensorMeta& meta : record.inputs) {
+      py::list shape;
+      for (int64_t size : meta.shape) shape.append(size);
+      auto& dtype = dtypes_[static_cast<int>(meta.dtype)];
+      if (!dtype) dtype = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(torch::getTHPDtype(meta.dtype)));
+      auto& device = devices_[meta.device.str()];
+      if (!device) device = py::str(meta.device.str());
+      inputs.append(py::make_tuple(shape, dtype, device));
+    }
+    return py::make_tuple(record.site, record.keyset, record.parent < 0 ? py::object(py::none()) : py::int_(record.parent),
+                          record.depth, record.start_ns, record.duration_ns, record.backward, inputs, error_of(record),
+                          record.finished);
+  }
+
+  int32_t intern(const KeyBits& bits) {
+    auto found = keyset_ids_.find(bits);
+    if (found != keyset_ids_.end()) return found->second;
+    int32_t id = static_cast<int32_t>(keysets_.size());
+    keysets_.push_back(bits);
+    keyset_ids_.emplace(bits, id);
+    return id;
+  }
+
+  void call(int32_t site_index, const c10::OperatorHandle& op, c10::DispatchKeySet keyset, torch::jit::Stack* stack) {
+    const Site& site = sites_[site_index];
+    const Frame* parent = (!frames.empty() && frames.back().session == this) ? &frames.back() : nullptr;
+    size_t arguments = op.schema().arguments().size();
+    auto values = torch::jit::last(*stack, arguments);
+
+    std::vector<TensorMeta> inputs;
+    KeyBits keys;
+    bool continuing = parent != nullptr && parent->operator_id == site.operator_id;
+    auto visit = [&](const c10::IValue& value) {
+      if (!value.isTensor()) return;
+      const at::Tensor& tensor = value.toTensor();
+      if (!tensor.defined()) return;
+      if (!continuing) keys.merge(bits_of(tensor.key_set()));
+      TensorMeta meta{{}, tensor.scalar_type(), tensor.device()};
+      try {
+        for (const c10::SymInt& size : tensor.sym_sizes()) meta.shape.push_back(size.maybe_as_int().value_or(-1));
+      } catch (const std::exception&) {
+        meta.shape.clear();  // a tensor without sizes (e.g. nested)
+      }
+      inputs.push_back(std::move(meta));
+    };
+    for (const c10::IValue& value : values) {
+      if (value.isList()) {
+        for (const c10::IValue& element : value.toListRef()) visit(element);
+      } else {
+        visit(value);
+      }
+    }
+    if (!continuing) {
+      c10::impl::LocalDispatchKeySet local = c10::impl::tls_local_dispatch_key_set();
+      keys.merge(bits_of(local.included_));
+      keys.remove(bits_of(local.excluded_));
+    }
+    bool backward = torch::autograd::get_current_node() != nullptr;
+
+    Record* record;
+    int32_t index;
+    int32_t keyset_id;
+    int32_t depth = parent != nullptr ? parent->depth + 1 : 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      index = static_cast<int32_t>(records_.size());
+      records_.emplace_back();
+      record = &records_.back();  // a deque keeps element addresses stable as it grows
+      record->site = site_index;
+      keyset_id = record->keyset = continuing ? parent->keyset : intern(keys);
+      record->parent = parent != nullptr ? parent->record : -1;
+      record->depth = depth;
+      record->backward = backward;
+      record->inputs = std::move(inputs);
+      record->start_ns = now_ns();
+    }
+    frames.push_back(Frame{this, index, site.operator_id, keyset_id, depth});
+    try {
+      site.original->callBoxed(op, keyset, stack);
+    } catch (...) {
+      std::string error = describe_current_exception();
+      frames.pop_back();
+      std::lock_guard<std::mutex> lock(mutex_);
+      record->duration_ns = now_ns() - record->start_ns;
+      record->failed = true;
+      record->error = std::move(error);
+      record->finished = true;
+      throw;
+    }
+    frames.pop_back();
+    std::lock_guard<std::mutex> lock(mutex_);
+    record->duration_ns = now_ns() - record->start_ns;
+    record->finished = true;
+  }
+
+  std::vector<Site> sites_;
+  std::vector<std::string> operator_names_;
+  std::unordered_map<int, py::object> dtypes_;
+  std::unordered_map<std::string, py::object> devices_;
+  std::vector<c10::RegistrationHandleRAII> handles_;
+  std::mutex mutex_;
+  std::deque<Record> records_;
+  std::vector<KeyBits> keysets_;
+  std::unordered_map<KeyBits, int32_t, KeyBitsHash> keyset_ids_;
+};
+
+}  // namespace
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("wrapped_number", &wrapped_number);
+  module.def("computed_is_fallthrough", &computed_is_fallthrough, py::arg("operator"), py::arg("key"),
+             "Whether the operator's computed kernel for the key is a fallthrough (the call passes over the key).");
+  py::class_<Session>(module, "HopRecorder",
+                      "Boxed kernels that record each dispatcher hop natively and call the kernel computed before.")
+      .def(py::init<const std::vector<std::string>&, const std::vector<std::string>&, const std::vector<std::string>&>(),
+           py::arg("namespaces"), py::arg("excluded"), py::arg("keys"))
+      .def("install", &Session::install, "Register the recording kernels (refused while another recorder is installed).")
+      .def("uninstall", &Session::uninstall, "Drop the recording kernels: the dispatch tables are as before.")
+      .def("sites", &Session::sites,
+           "The (operator, key, tag, debug) of each wrapped kernel: the table dump's tag and 'registered at' text.")
+      .def("operator_count", &Session::operator_count, "How many operators have at least one wrapped key.")
+      .def("endings", &Session::endings, "(duration_ns, error, finished) of the given hops.")
+      .def("hop_count", &Session::hop_count, "How many hops were recorded so far.")
+      .def("keysets", &Session::keysets, "The distinct key sets of the recorded calls, as key names.")
+      .def("records", &Session::records, py::arg("start") = 0, "The recorded hops from `start` on, as tuples, in order.");
 }

@@ -9,6 +9,7 @@ from pu1_explorer.widgets.dispatch import DispatchTable, DispatchVisualizer
 from pu1_explorer.widgets.guide import GuideStepper
 from pu1_explorer.widgets.keyset import KeySetView
 from pu1_explorer.widgets.monitors import FallbackMonitor, MemoryMonitor
+from pu1_explorer.widgets.scorecard import ScorecardView
 
 __all__ = ["CoverageExplorer", "DispatchTable", "DispatchVisualizer", "FallbackMonitor", "GuideStepper",
-           "KeySetView", "MemoryMonitor", "setup_notebook", "static_mode"]
+           "KeySetView", "MemoryMonitor", "ScorecardView", "setup_notebook", "static_mode"]

@@ -98,7 +98,7 @@ def inline_markdown(text: str) -> str:
 
 
 def message_html(text: str, kind: str = "info") -> str:
-    colours = {"info": "#1565c0", "error": "#c62828", "ok": "#2e7d32"}
+    colours = {"info": "#1565c0", "error": "#c62828", "ok": "#2e7d32", "warning": "#ef6c00"}
     return f'<div style="color:{colours[kind]};white-space:pre-wrap;font-family:monospace">{escape(text)}</div>'
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ipywidgets
 
+from pu1_explorer.devices import backend_key, check_device
 from pu1_explorer.coverage import STATUS_ORDER, CoverageSnapshot, coverage, diff
 from pu1_explorer.dispatch_table import FALLTHROUGH, backend_tables
 from pu1_explorer.widgets.base import ExplorerWidget, escape, figure_html
@@ -24,16 +25,19 @@ def rows_table(rows, limit: int = TABLE_ROWS) -> str:
 
 
 class CoverageExplorer(ExplorerWidget):
-    """Coverage of a backend: `CoverageExplorer(device="sim", compare_with="CPU")`.
+    """Coverage of a backend: `CoverageExplorer(device="sim", compare_with="CPU")` (device: the loaded backend by default).
 
     A treemap by status and operator family; a table filtered by text, status, core
     ATen, autograd and autocast status; a drill-down into one operator's dispatch
     table; and the difference from another backend or an earlier snapshot.
     """
 
-    def __init__(self, device: str = "sim", snapshot: CoverageSnapshot | None = None,
+    def __init__(self, device: str | None = None, snapshot: CoverageSnapshot | None = None,
                  compare_with: str | CoverageSnapshot | None = None) -> None:
-        self.snapshot = snapshot or coverage(device, label=device)
+        if snapshot is None:
+            device = check_device(device)
+            snapshot = coverage(backend_key(device), label=device)
+        self.snapshot = snapshot
         self.baseline = (coverage(compare_with, label=compare_with) if isinstance(compare_with, str)
                          else compare_with)
         self.search = ipywidgets.Text(description="search", placeholder="part of a name, e.g. conv")

@@ -5,6 +5,7 @@ from typing import Callable, Sequence
 
 import ipywidgets
 
+from pu1_explorer.devices import check_device, known_devices, privateuse1_backend
 from pu1_explorer.dispatch_table import UnknownOperatorError, all_operators, backend_tables, resolve_operator
 from pu1_explorer.tracer import Trace, run_traced
 from pu1_explorer.widgets.base import ExplorerWidget, code_html, escape, figure_html, message_html
@@ -45,11 +46,13 @@ class DispatchVisualizer(ExplorerWidget):
 
     `DispatchVisualizer(code, device="sim", compare_with="cpu")` traces the code (which
     sees `torch` and `device`) on each device and draws one lane per dispatch key.
+    `device` defaults to the loaded PrivateUse1 backend (cpu if none is loaded); a
+    device `:index` ("sim:1") is kept.
     A callable can be given instead of code. Code that raises shows its error and the
     hops up to it; code that runs past `timeout` seconds is stopped.
     """
 
-    def __init__(self, code: str | Callable[[], object] = EXAMPLE, device: str = "sim",
+    def __init__(self, code: str | Callable[[], object] = EXAMPLE, device: str | None = None,
                  compare_with: str | None = "cpu", timeout: float = 10.0, max_hops: int = 5000) -> None:
         self.function = code if callable(code) else None
         self.timeout = timeout
@@ -58,7 +61,9 @@ class DispatchVisualizer(ExplorerWidget):
         self.code = ipywidgets.Textarea(value=EXAMPLE if callable(code) else code, rows=6,
                                         layout={"width": "100%"}, description="code",
                                         disabled=callable(code))
-        self.device = ipywidgets.Dropdown(options=["sim", "cpu"], value=device, description="device")
+        device = check_device(device) if device is not None else (privateuse1_backend() or "cpu")
+        choices = list(dict.fromkeys([device, *(name for name in known_devices() if name != "meta")]))
+        self.device = ipywidgets.Dropdown(options=choices, value=device, description="device")
         self.compare = ipywidgets.Checkbox(value=compare_with is not None, description="compare with cpu")
         self.run_button = ipywidgets.Button(description="Trace", button_style="primary", icon="play")
         self.hop = ipywidgets.IntSlider(value=0, min=0, max=0, description="hop", continuous_update=False,
@@ -108,8 +113,9 @@ class DispatchVisualizer(ExplorerWidget):
 class DispatchTable(ExplorerWidget):
     """Pick an operator and see its computed dispatch table for several backends side by side."""
 
-    def __init__(self, operator: str = "add.Tensor", backends: Sequence[str] = ("CPU", "sim", "Meta")) -> None:
-        self.backends = tuple(backends)
+    def __init__(self, operator: str = "add.Tensor", backends: Sequence[str] | None = None) -> None:
+        """`backends` defaults to CPU, the loaded PrivateUse1 backend (if any) and Meta."""
+        self.backends = tuple(backends) if backends else ("CPU", *filter(None, [privateuse1_backend()]), "Meta")
         self.operator = ipywidgets.Combobox(value=operator, options=all_operators(), ensure_option=False,
                                             description="operator", placeholder="e.g. add.Tensor",
                                             layout={"width": "50%"})

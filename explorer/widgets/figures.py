@@ -21,7 +21,7 @@ from pu1_explorer.tracer import Hop, Trace, key_priority
 KIND_COLOURS = {
     "kernel": "#2e7d32", "composite_explicit": "#66bb6a", "composite_explicit_nonfunctional": "#9ccc65",
     "composite_implicit": "#26a69a", "autograd": "#1e88e5", "fallback": "#ef6c00", "fallthrough": "#bdbdbd",
-    "missing": "#c62828",
+    "missing": "#c62828", "copies_to_cpu": "#8d6e63",
 }
 HOST_KEY = "CPU"
 

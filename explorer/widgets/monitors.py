@@ -6,7 +6,7 @@ from typing import Callable
 import ipywidgets
 
 from pu1_explorer.fallback_report import FallbackReport, monitor_fallbacks
-from pu1_explorer.memory import capacities, sample_memory
+from pu1_explorer.memory import capacities, sample_memory, statistics_unavailable
 from pu1_explorer.widgets.base import ExplorerWidget, escape, figure_html, message_html
 from pu1_explorer.widgets.figures import fallback_bars, memory_figure
 
@@ -56,17 +56,19 @@ class FallbackMonitor(_WorkloadWidget):
 
     def figure(self):
         counts = {entry.operator: entry.count for entry in self.report.ranked()} if self.report else {}
-        return fallback_bars(counts, title=f"Operators that reached the fallback ({sum(counts.values())} calls)")
+        backend = self.report.backend if self.report else self.backend_key
+        return fallback_bars(counts, title=f"Operators that reached {backend}'s fallback ({sum(counts.values())} calls)")
 
     def table_html(self) -> str:
         if not self.report or not self.report.calls:
             return "<p>No operator reached the fallback.</p>"
         rows = "".join(
             f"<tr><td><code style='white-space:nowrap'>{escape(e.operator)}</code></td><td>{e.count}</td>"
-            f"<td>{escape('; '.join(s for s, _ in e.shapes.most_common(2)))}</td>"
+            f"<td>{e.copied}</td><td>{escape('; '.join(s for s, _ in e.shapes.most_common(2)))}</td>"
             f"<td>{escape('; '.join(s for s, _ in e.call_sites.most_common(2)))}</td></tr>"
             for e in self.report.ranked())
-        return ("<div style='overflow-x:auto'><table><thead><tr><th>operator</th><th>calls</th><th>shapes</th>"
+        return ("<div style='overflow-x:auto'><table><thead><tr><th>operator</th><th>calls</th>"
+                "<th title='calls that copied their tensors to the CPU and back'>copied</th><th>shapes</th>"
                 f"<th>call sites</th></tr></thead><tbody>{rows}</tbody></table></div>")
 
     def static_html(self) -> str:
@@ -78,20 +80,27 @@ class MemoryMonitor(_WorkloadWidget):
 
     def __init__(self) -> None:
         self.samples: list[dict] = []
+        self.unavailable: str | None = None
         super().__init__([])
 
     def run(self, workload: Callable[[int], object], steps: int = 1) -> list[dict]:
+        """Run the workload; without allocator statistics it still runs, and the widget says what is missing."""
+        self.unavailable = statistics_unavailable()
         self.samples = sample_memory(0)
 
         def after(step: int) -> None:
             self.samples += sample_memory(step + 1)
 
         self._steps(workload, steps, after)
-        self.show_figure(self.output, self.figure())
+        if self.unavailable:
+            self.status.value += message_html(f"no memory chart: {self.unavailable}", "warning")
+        else:
+            self.show_figure(self.output, self.figure())
         return self.samples
 
     def figure(self):
         return memory_figure(self.samples, capacities())
 
     def static_html(self) -> str:
-        return f"<div class='explorer-widget'>{self.status.value}{figure_html(self.figure())}</div>"
+        picture = "" if self.unavailable else figure_html(self.figure())
+        return f"<div class='explorer-widget'>{self.status.value}{picture}</div>"

@@ -157,3 +157,258 @@ def test_a_collective_on_sim_is_traced_to_the_device_kernel_and_the_tables_are_r
     assert [hop.key for hop in collective if not hop.skipped] == ["AutogradPrivateUse1", "PrivateUse1"]
     assert collective[0].inputs[0].device == "sim:0"
     assert tensor.tolist() == [1.0, 1.0, 1.0]
+
+
+# ----------------------------------------------------------------- native recording
+# The hops are recorded by C++ kernels (pu1_explorer._native.HopRecorder); the original
+# recording with Python kernels stays as the reference they must agree with.
+from pu1_explorer import tracer as tracer_module  # noqa: E402
+from pu1_explorer.dispatch_table import FALLTHROUGH, MISSING, entry_from_dump  # noqa: E402
+
+
+def recorded_with(native, device, program):
+    """Run `program` (which builds its own inputs) under a trace recorded natively or in Python."""
+    tracer = tracer_module.Tracer(device, native=native)
+    tracer.install()
+    try:
+        program()
+    except Exception:  # the programs that fail on purpose; the trace keeps the error
+        pass
+    finally:
+        tracer.uninstall()
+    return tracer.trace
+
+
+def comparable(recorded):
+    return [(hop.index, hop.operator, hop.key, hop.kind, hop.depth, hop.parent, hop.phase, hop.skipped, hop.keyset,
+             hop.provenance, [(t.shape, t.dtype, t.device) for t in hop.inputs], hop.error) for hop in recorded.hops]
+
+
+def backward_of_a_product():
+    x = torch.randn(4, 8, device="sim", requires_grad=True)
+    (x * 2).sum().backward()
+
+
+def mlp_forward_backward(device):
+    def program():
+        torch.manual_seed(0)
+        model = workloads.small_mlp().to(device)
+        model(torch.randn(8, 64, device=device)).square().mean().backward()
+    return program
+
+
+def wrapped_numbers():
+    x = torch.randn(5, device="sim", requires_grad=True)
+    (torch.copysign(x, -1.0) + torch.fmod(x, 0.7) + x * 2.0).sum().backward()
+
+
+def views_inplace_and_autocast():
+    x = torch.randn(4, 4, device="sim", requires_grad=True)
+    y = x.clone()
+    y.add_(1)
+    y.view(16)
+    torch.nn.functional.linear(x, x)
+    with torch.autocast("sim", dtype=torch.bfloat16):
+        x @ x
+
+
+def a_kernel_that_fails():
+    torch.ones(2, device="sim") + 1
+    torch.ones(2, device="sim:0") + torch.ones(2, device="sim:1")
+
+
+PROGRAMS = {
+    "backward": ("sim", backward_of_a_product),
+    "mlp-sim": ("sim", mlp_forward_backward("sim")),
+    "mlp-cpu": ("cpu", mlp_forward_backward("cpu")),
+    "wrapped-numbers": ("sim", wrapped_numbers),
+    "views-inplace-autocast": ("sim", views_inplace_and_autocast),
+    "error": ("sim", a_kernel_that_fails),
+}
+
+
+def test_native_recording_is_the_default():
+    assert tracer_module.native_recording_available()
+    assert tracer_module.Tracer("sim").native
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_native_and_python_recordings_agree_hop_for_hop(name):
+    """Operator, key, kind, depth, parent, phase, skipped, key set, provenance, inputs and error of every hop."""
+    device, program = PROGRAMS[name]
+    native = recorded_with(True, device, program)
+    python = recorded_with(False, device, program)
+    assert len(native.hops) > 5
+    assert comparable(native) == comparable(python)
+    assert native.wrapped_operators == python.wrapped_operators
+
+
+def test_wrapped_number_scalars_reach_the_kernels_as_tensors():
+    x = torch.tensor([1.0, -2.0, 3.0], device="sim")
+    with trace("sim") as recorded:
+        signs = torch.copysign(x, -1.0)
+        remainders = torch.fmod(x, 0.7)
+        doubled = x * 2.0
+    assert signs.tolist() == [-1.0, -2.0, -3.0] and doubled.tolist() == [2.0, -4.0, 6.0]
+    assert torch.allclose(remainders.cpu(), torch.fmod(x.cpu(), 0.7))
+    copysign = next(hop for hop in recorded.hops if hop.operator == "aten::copysign.Tensor" and not hop.skipped)
+    assert [(t.shape, t.dtype, t.device) for t in copysign.inputs] == [([3], "torch.float32", "sim:0"),
+                                                                      ([], "torch.float64", "cpu")]
+
+
+def test_an_exception_inside_a_kernel_is_recorded_and_the_tables_restored():
+    before = all_tables()
+    with pytest.raises(RuntimeError, match="same device"):
+        with trace("sim") as recorded:
+            torch.ones(2, device="sim:0") + torch.ones(2, device="sim:1")
+    assert all_tables() == before
+    failed = [hop for hop in recorded.hops if hop.error]
+    assert failed and all(hop.error.startswith("RuntimeError: Expected all tensors to be on the same device")
+                          for hop in failed)
+    assert failed[0].depth == 0 and failed[0].duration_ns > 0
+    with trace("sim") as again:  # the tracer is usable after an error
+        torch.ones(2, device="sim") + 1
+    assert again.operators()[-1] == "aten::add.Tensor"
+
+
+def test_a_python_exception_inside_a_kernel_keeps_its_type():
+    library = torch.library.Library("aten", "IMPL")
+    try:
+        def refuse(*arguments, **keyword_arguments):
+            raise ValueError("erfcx is not for today\nsecond line")
+
+        library.impl("special_erfcx", refuse, "PrivateUse1")
+        hops = {}
+        for native in (True, False):
+            hops[native] = [hop.error for hop in recorded_with(native, "sim", lambda: torch.special.erfcx(
+                torch.ones(2, device="sim"))).hops if hop.error]
+    finally:
+        library._destroy()
+    assert hops[True] == hops[False] and hops[True][-1] == "ValueError: erfcx is not for today"
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_nested_traces_are_refused_clearly(native):
+    before = all_tables()
+    with trace("sim") as outer:
+        with pytest.raises(RuntimeError, match="a trace is already active"):
+            with trace("sim"):
+                pass
+        with pytest.raises(RuntimeError, match="already active"):
+            tracer_module.Tracer("cpu", native=native).install()
+        torch.ones(2, device="sim").neg()
+    assert all_tables() == before
+    assert "aten::neg" in outer.operators()
+    with trace("sim"):  # and the next trace may start
+        pass
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_each_recording_restores_the_tables_exactly(native):
+    before = all_tables()
+    recorded_with(native, "sim", backward_of_a_product)
+    recorded_with(native, "cpu", mlp_forward_backward("cpu"))
+    assert all_tables() == before
+
+
+def test_hops_can_be_read_while_the_trace_runs():
+    x = torch.randn(3, device="sim")
+    with trace("sim") as recorded:
+        x.neg()
+        seen = len(recorded.hops)
+        x.exp()
+        assert len(recorded.hops) > seen > 0
+        early = recorded.hops[0]
+    assert early is recorded.hops[0] and early.duration_ns > 0
+    assert [hop.index for hop in recorded.hops] == list(range(len(recorded.hops)))
+
+
+def test_the_native_plan_matches_the_dispatch_table_dumps():
+    """Every wrapped (operator, key) and its kind and provenance, as the dumps give them, for sim's keys."""
+    keys = tracer_module.TRACE_KEYS["privateuse1"]
+    recorder = tracer_module._native().HopRecorder(list(tracer_module.TRACED_NAMESPACES),
+                                                   sorted(tracer_module.UNTRACED_OPERATORS), list(keys))
+    collector = tracer_module._NativeHops(recorder, tracer_module.Trace(), {})
+    native = {site[:2]: collector._site_entry(index) for index, site in enumerate(recorder.sites())}
+    expected = {}
+    for operator in torch._C._dispatch_get_all_op_names():
+        if operator.split("::")[0] not in tracer_module.TRACED_NAMESPACES or operator in tracer_module.UNTRACED_OPERATORS:
+            continue
+        dump = torch._C._dispatch_dump_table(operator)
+        for key in keys:
+            entry = entry_from_dump(operator, dump, key)
+            if entry.kind not in (FALLTHROUGH, MISSING):
+                expected[operator, key] = (entry.kind, entry.provenance)
+        for key in ("ADInplaceOrView", "BackendSelect", "AutocastCPU", "Python", "Functionalize"):
+            assert tracer_module._native().computed_is_fallthrough(operator, key) == (
+                entry_from_dump(operator, dump, key).kind == FALLTHROUGH), (operator, key)
+    assert native == expected
+
+
+def test_a_kernel_registered_between_traces_is_seen_by_the_next_trace():
+    """No stale plan: what a bring-up step registers shows in the very next trace, and leaves with it."""
+    def erfcx():
+        torch.special.erfcx(torch.rand(3, device="sim"))
+
+    def reached(recorded):
+        return {(hop.operator, hop.kind) for hop in recorded.hops if hop.key == "PrivateUse1" and not hop.skipped}
+
+    assert ("aten::special_erfcx.out", "fallback") in reached(recorded_with(True, "sim", erfcx))
+    library = torch.library.Library("aten", "IMPL")
+    try:
+        library.impl("special_erfcx", lambda x: torch.zeros_like(x), "PrivateUse1")
+        step = recorded_with(True, "sim", erfcx)
+        assert ("aten::special_erfcx", "kernel") in reached(step)
+        kernel = next(hop for hop in step.hops if hop.operator == "aten::special_erfcx" and hop.key == "PrivateUse1")
+        assert kernel.provenance.startswith("tests/explorer/test_tracer.py:")
+    finally:
+        library._destroy()
+    assert ("aten::special_erfcx.out", "fallback") in reached(recorded_with(True, "sim", erfcx))
+
+
+BRING_UP_AND_TRACE = """
+import torch_sim
+import torch
+from pu1_explorer import tracer
+
+def program(device):
+    # No backward before sim's steps are in: the autograd engine sizes its device queues at the first backward.
+    def run():
+        x = torch.ones(2, 3, device=device, requires_grad=device == "sim" and "autograd" in torch_sim.installed_steps())
+        (x * 2.0).sum().backward() if x.requires_grad else (x * 2.0).sum()
+    return run
+
+def signature(recorded):
+    return [(h.operator, h.key, h.kind, h.depth, h.parent, h.phase, h.skipped, h.keyset, h.provenance, h.error)
+            for h in recorded.hops]
+
+for step in torch_sim.STEPS:
+    torch_sim.bring_up(step)
+    devices = ["sim"] if "operators" in torch_sim.installed_steps() else ["cpu"]
+    for device in devices:
+        traces = []
+        for native in (True, False):
+            recorder = tracer.Tracer(device, native=native)
+            recorder.install()
+            try:
+                program(device)()
+            finally:
+                recorder.uninstall()
+            traces.append(signature(recorder.trace))
+        backend = sorted({(h[1], h[2]) for h in traces[0] if h[1] == "PrivateUse1" and not h[6]})
+        print(step, device, traces[0] == traces[1], len(traces[0]), backend)
+"""
+
+
+def test_a_backend_brought_up_step_by_step_is_traced_faithfully_after_every_step():
+    """Tracing after each bring-up step in one process: the native recording agrees with the Python one each time,
+    so no plan from an earlier step is reused."""
+    from tests.conftest import run_python
+
+    result = run_python(BRING_UP_AND_TRACE, timeout=600, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line.split(" ", 3) for line in result.stdout.strip().splitlines()]
+    assert {line[0] for line in lines} >= {"operators", "autograd", "amp", "distributed"}
+    assert all(line[2] == "True" and int(line[3].split(" ")[0]) > 0 for line in lines), result.stdout
+    backend_hops = {line[0]: line[3] for line in lines if line[1] == "sim"}
+    assert "('PrivateUse1', 'kernel')" in backend_hops["operators"]

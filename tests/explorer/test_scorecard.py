@@ -1,0 +1,216 @@
+"""The conformance scorecard: probes in fresh processes, crashes and time-outs contained, writers, CLI, widget."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ElementTree
+from pathlib import Path
+
+import pytest
+
+from pu1_explorer.scorecard import PROBE_NAMES, OpResult, Probe, ProbeResult, Scorecard, scorecard
+
+QUICK_PROBES = ["device module", "torch.accelerator", "allocator statistics", "generator", "serialization",
+                "autoload"]
+
+
+def alive(pid: int) -> bool:
+    """Whether a process runs (a killed one may linger as a zombie until init reaps it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def explorer(*arguments: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pu1_explorer", *arguments], capture_output=True, text=True,
+                          timeout=300, cwd=cwd)
+
+
+def test_sim_passes_the_probes_it_implements():
+    messages: list[str] = []
+    card = scorecard("sim", probes=QUICK_PROBES, progress=messages.append)
+    assert [probe.name for probe in card.probes] == QUICK_PROBES
+    assert {probe.name: probe.status for probe in card.probes} == dict.fromkeys(QUICK_PROBES, "passed"), \
+        [(p.name, p.detail) for p in card.probes if p.status != "passed"]
+    assert card.probe("allocator statistics").detail.startswith("memory_allocated +")
+    assert "2 device(s)" in card.probe("device module").detail
+    assert len(messages) == len(QUICK_PROBES) and messages[-1].startswith(f"[{len(QUICK_PROBES)}/{len(QUICK_PROBES)}]")
+    assert card.device == "sim" and card.torch_version.startswith("2.")
+
+
+def test_crashes_timeouts_failures_and_skips_are_contained(tmp_path):
+    pid_file = tmp_path / "grandchild.pid"
+    extra = [
+        Probe("segfault", "test", "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n"),
+        Probe("sleeps", "test", "import subprocess, time\n"
+                                f"child = subprocess.Popen(['sleep', '600'])\nopen({str(pid_file)!r}, 'w')"
+                                ".write(str(child.pid))\ntime.sleep(600)\n"),
+        Probe("fails", "test", "assert torch.ones(2, device=device).sum().item() == 3, 'two ones do not sum to 3'\n"),
+        Probe("fails silently", "test", "x = 1\nassert x == 2\n"),
+        Probe("skips", "test", "skip('nothing to check here')\n"),
+        Probe("exits", "test", "os._exit(3)\n"),
+    ]
+    started = time.perf_counter()
+    card = scorecard("sim", timeout=12, probes=[p.name for p in extra], extra_probes=extra)
+    took = time.perf_counter() - started
+    results = {probe.name: probe for probe in card.probes}
+    assert results["segfault"].status == "crashed" and "SIGSEGV" in results["segfault"].detail
+    assert "Segmentation fault" in results["segfault"].log  # faulthandler's report is kept
+    assert results["sleeps"].status == "timed out" and results["sleeps"].seconds < 20
+    assert results["fails"].status == "failed" and results["fails"].detail == "two ones do not sum to 3"
+    assert results["fails silently"].detail == "failed: assert x == 2"  # the failing line when there is no message
+    assert results["skips"].status == "skipped" and results["skips"].detail == "nothing to check here"
+    assert results["exits"].status == "crashed" and "code 3" in results["exits"].detail
+    assert took < 45
+    time.sleep(0.5)
+    assert not alive(int(pid_file.read_text()))  # the whole process group was killed, not only the probe
+
+
+def test_an_interrupted_scorecard_kills_its_processes(tmp_path):
+    pid_file = tmp_path / "grandchild.pid"
+    extra = [Probe("sleeps", "test", "import subprocess, time\n"
+                                     f"child = subprocess.Popen(['sleep', '600'])\nopen({str(pid_file)!r}, 'w')"
+                                     ".write(str(child.pid))\ntime.sleep(600)\n"),
+             Probe("waits", "test", f"import time\nwhile not os.path.exists({str(pid_file)!r}):\n"
+                                    "    time.sleep(0.1)\nskip('the other probe is asleep')\n")]
+
+    def interrupt(message: str) -> None:
+        raise KeyboardInterrupt(message)
+
+    started = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt, match="waits: skipped"):
+        scorecard("sim", timeout=120, probes=["sleeps", "waits"], extra_probes=extra, progress=interrupt)
+    assert time.perf_counter() - started < 60
+    time.sleep(0.5)
+    assert not alive(int(pid_file.read_text()))
+
+
+def test_a_sweep_attributes_a_segfault_to_its_operator_and_goes_on(tmp_path):
+    crashing = tmp_path / "crash_flip.py"
+    crashing.write_text(
+        "import os, signal, torch\n"
+        "_flip = torch.flip\n"
+        "def flip(input, *args, **kwargs):\n"
+        "    if input.device.type != 'cpu':\n"
+        "        os.kill(os.getpid(), signal.SIGSEGV)\n"
+        "    return _flip(input, *args, **kwargs)\n"
+        "torch.flip = flip\n")
+    card = scorecard("sim", imports=[str(crashing)], probes=["opinfo differential", "opinfo bad inputs"], jobs=1,
+                     ops=["add", "flip", "mul", "index_select", "no_such_op"])
+    differential = card.probe("opinfo differential")
+    statuses = {op.name: op.status for op in differential.ops}
+    assert statuses == {"add": "passed", "flip": "crashed", "mul": "passed", "index_select": "passed",
+                        "no_such_op": "skipped"}
+    assert differential.status == "failed" and "crashed: flip" in differential.detail
+    assert differential.counts["crashed"] == 1 and differential.counts["passed"] == 3
+    assert "SIGSEGV" in next(op for op in differential.ops if op.name == "flip").detail
+    bad_inputs = card.probe("opinfo bad inputs")
+    index_select = next(op for op in bad_inputs.ops if op.name == "index_select")
+    assert index_select.status == "passed" and index_select.counts["passed"] >= 1  # sim raises like the CPU
+
+
+def test_bad_arguments_fail_before_any_probe_runs():
+    for arguments, message in (({"device": "nosuch"}, "unknown device 'nosuch'"),
+                               ({"device": "sim", "probes": ["no such probe"]}, "unknown probe"),
+                               ({"device": "sim", "opinfo": "most"}, "opinfo must be"),
+                               ({"device": "sim", "imports": ["no_such_module_xyz"]}, "import no_such_module_xyz")):
+        messages: list[str] = []
+        with pytest.raises(ValueError, match=message):
+            scorecard(**arguments, progress=messages.append)
+        assert messages == []
+
+
+def _card(device: str = "toy") -> Scorecard:
+    ops = [OpResult("add", "passed", {"passed": 8}), OpResult("flip", "crashed", {}, "the process died of SIGSEGV"),
+           OpResult("mul", "mismatched", {"passed": 2, "mismatched": 1}, "float32: Tensor-likes are not close!"),
+           OpResult("rand", "skipped", {}, "random")]
+    probes = [ProbeResult("device module", "1. device module", "passed", 1.2, "2 device(s)"),
+              ProbeResult("generator", "7. generator", "failed", 1.0, "the same seed gave <different> draws",
+                          log="Traceback & <stuff>"),
+              ProbeResult("pinned memory", "2. hooks", "crashed", 0.5, "the process died of SIGABRT"),
+              ProbeResult("torch.compile", "13. compile", "timed out", 60.0, "killed after 60 s"),
+              ProbeResult("distributed", "14. distributed", "skipped", 0.1, "no torch.distributed"),
+              ProbeResult("opinfo differential", "5. operators", "failed", 3.0, "1 of 3 ops match",
+                          {"passed": 1, "crashed": 1, "mismatched": 1, "skipped": 1}, ops)]
+    return Scorecard(device, "2.13.0", "2026-01-01T00:00:00+00:00", 66.0, probes, ["torch_toy"], "quick")
+
+
+def test_junit_xml_parses_and_its_counts_match():
+    card = _card()
+    root = ElementTree.fromstring(card.to_junit_xml())
+    assert root.tag == "testsuites"
+    probes, sweep = root.findall("testsuite")
+    assert probes.get("name") == "scorecard.toy" and sweep.get("name") == "scorecard.toy.opinfo differential"
+    assert (probes.get("tests"), probes.get("failures"), probes.get("errors"), probes.get("skipped")) == \
+        ("6", "2", "2", "1")
+    assert (sweep.get("tests"), sweep.get("failures"), sweep.get("errors"), sweep.get("skipped")) == \
+        ("4", "1", "1", "1")
+    generator = probes.find("testcase[@name='generator']")
+    assert generator.find("failure").get("message") == "the same seed gave <different> draws"
+    assert generator.find("system-err").text == "Traceback & <stuff>"
+    assert probes.find("testcase[@name='torch.compile']/error").get("type") == "timed out"
+
+
+def test_json_round_trips_and_html_is_self_contained():
+    card = _card()
+    again = Scorecard.from_json(card.to_json())
+    assert again == card
+    assert json.loads(card.to_json())["summary"] == {"passed": 1, "failed": 2, "skipped": 1, "crashed": 1,
+                                                     "timed out": 1}
+    page = card.to_html()
+    assert page.startswith("<!DOCTYPE html>") and "<script" not in page.lower()
+    assert "http://" not in page and "https://" not in page and "<link" not in page.lower()
+    assert "the same seed gave &lt;different&gt; draws" in page and "Traceback &amp; &lt;stuff&gt;" in page
+    assert "#c62828" in page and "#6a1b9a" in page and "#ef6c00" in page  # a colour per status
+    assert page.index("<code>flip</code>") < page.index("<code>add</code>")  # problems first
+
+
+def test_the_widget_shows_scorecards_side_by_side():
+    from pu1_explorer.widgets import ScorecardView
+
+    sim = _card("sim")
+    toy = _card("toy")
+    toy.probes = toy.probes[:2]
+    view = ScorecardView([sim, toy])
+    page = view.static_html()
+    assert "<th>sim</th>" in page and "<th>toy</th>" in page and "not run" in page
+    assert "flip" in page and "SIGSEGV" in page
+    view.problems_only.value = True
+    assert "device module" not in view.output.value and "generator" in view.output.value
+    assert "<th>sim</th>" in ScorecardView(sim).static_html()
+
+
+def test_the_cli_writes_html_junit_and_json(tmp_path):
+    result = explorer("scorecard", "--device", "sim", "--probe", "device module", "--probe", "autoload",
+                      "-o", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    data = json.loads((tmp_path / "scorecard.json").read_text())
+    assert [p["status"] for p in data["probes"]] == ["passed", "passed"]
+    ElementTree.parse(tmp_path / "scorecard.xml")
+    assert "PrivateUse1 scorecard: <code>sim</code>" in (tmp_path / "scorecard.html").read_text()
+    assert "[1/2]" in result.stderr and "[2/2]" in result.stderr
+
+
+def test_the_cli_refuses_bad_input_in_one_line_before_any_probe(tmp_path):
+    cases = (("--device", "nosuch", "-o", str(tmp_path)),
+             ("--device", "sim", "-o", str(tmp_path / "missing")),
+             ("--device", "sim", "--probe", "warp drive", "-o", str(tmp_path)))
+    for arguments in cases:
+        result = explorer("scorecard", *arguments)
+        assert result.returncode in (1, 2), result.stderr
+        errors = [line for line in result.stderr.splitlines() if "error" in line]
+        assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
+        assert "[1/" not in result.stderr and not list(tmp_path.glob("scorecard.*"))
+    assert explorer("scorecard", "--opinfo", "most").returncode == 2
+
+
+def test_every_probe_has_a_guide_step():
+    from pu1_explorer.scorecard import PROBES, QUICK_OPS
+
+    assert len(PROBE_NAMES) == len(set(PROBE_NAMES)) == len(PROBES) + 2
+    assert all(probe.capability.split(". ")[0].isdigit() for probe in PROBES)
+    assert 50 <= len(QUICK_OPS) == len(set(QUICK_OPS))

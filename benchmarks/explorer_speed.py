@@ -7,30 +7,14 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Callable
 
 import torch
 
-from torch_sim import workloads
-from timing import median_seconds
+from timing import median_seconds, mlp_step
 from pu1_explorer import coverage
 from pu1_explorer.tracer import Tracer, trace
 
 REPEATS = 5
-
-
-def mlp_step(device: str) -> Callable[[], object]:
-    torch.manual_seed(0)
-    model = workloads.small_mlp().to(device)
-    inputs = torch.randn(32, 64, device=device)
-    targets = torch.randint(0, 10, (32,), device=device)
-
-    def run() -> object:
-        loss = torch.nn.functional.cross_entropy(model(inputs), targets)
-        loss.backward()
-        return loss
-
-    return run
 
 
 def main() -> int:

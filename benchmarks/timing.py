@@ -1,9 +1,28 @@
-"""The one timing helper the benchmark scripts share."""
+"""The timing helpers and the small-MLP step the benchmark scripts share."""
 from __future__ import annotations
 
 import statistics
 import time
 from typing import Callable
+
+import torch
+
+from pu1_explorer import workloads
+
+
+def mlp_step(device: str) -> Callable[[], object]:
+    """One forward and backward pass of the reference small MLP on a fixed batch, ready to call."""
+    torch.manual_seed(0)
+    model = workloads.small_mlp().to(device)
+    inputs = torch.randn(32, 64, device=device)
+    targets = torch.randint(0, 10, (32,), device=device)
+
+    def run() -> object:
+        loss = torch.nn.functional.cross_entropy(model(inputs), targets)
+        loss.backward()
+        return loss
+
+    return run
 
 
 def median_seconds(work: Callable[[], object], repeats: int = 5, warm_up: bool = False) -> float:

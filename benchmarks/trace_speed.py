@@ -16,27 +16,12 @@ from typing import Callable
 
 import torch
 
-from pu1_explorer import workloads
-from timing import median_seconds
+from timing import median_seconds, mlp_step
 from pu1_explorer.tracer import Tracer, native_recording_available, trace
 from pu1_explorer.widgets.base import figure_html
 from pu1_explorer.widgets.figures import trace_figure
 
 STEPS = 10
-
-
-def mlp_step(device: str) -> Callable[[], object]:
-    torch.manual_seed(0)
-    model = workloads.small_mlp().to(device)
-    inputs = torch.randn(32, 64, device=device)
-    targets = torch.randint(0, 10, (32,), device=device)
-
-    def run() -> object:
-        loss = torch.nn.functional.cross_entropy(model(inputs), targets)
-        loss.backward()
-        return loss
-
-    return run
 
 
 def gpt2_step(device: str) -> Callable[[], object]:

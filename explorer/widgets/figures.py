@@ -430,3 +430,32 @@ def key_set_figure(picture: KeySetPicture, title: str | None = None) -> go.Figur
     figure.update_yaxes(autorange="reversed", automargin=True, tickfont={"size": 11})
     figure.update_annotations(font_size=12)
     return figure
+
+
+def scorecard_figure(cards: Sequence, title: str = "Conformance: every probe on every device") -> go.Figure:
+    """A square per probe and device, coloured by the probe's status; hover for its one-line finding.
+
+    `cards` are `pu1_explorer.scorecard.Scorecard`s; probes keep the order of the first card that ran them.
+    """
+    from pu1_explorer.scorecard import STATUS_COLOURS, STATUSES
+
+    names: list[str] = []
+    for card in cards:
+        names += [probe.name for probe in card.probes if probe.name not in names]
+    figure = go.Figure()
+    for status in STATUSES:
+        points = [(card.device, probe.name, probe.detail) for card in cards for probe in card.probes
+                  if probe.status == status]
+        if not points:
+            continue
+        figure.add_trace(go.Scatter(
+            x=[device for device, _, _ in points], y=[name for _, name, _ in points], mode="markers", name=status,
+            customdata=[detail for _, _, detail in points],
+            marker={"symbol": "square", "size": 22, "color": STATUS_COLOURS[status]},
+            hovertemplate="%{y} on %{x}: " + status + "<br>%{customdata}<extra></extra>"))
+    figure.update_layout(title=title, height=max(320, 26 * len(names) + 150), margin={"l": 170, "t": 60},
+                         xaxis={"type": "category", "side": "top", "title": None},
+                         yaxis={"type": "category", "categoryorder": "array", "categoryarray": names[::-1],
+                                "title": None},
+                         legend={"orientation": "h", "y": -0.04, "yanchor": "top", "x": 0})
+    return figure

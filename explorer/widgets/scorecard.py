@@ -6,7 +6,8 @@ from typing import Sequence
 import ipywidgets
 
 from pu1_explorer.scorecard import STATUS_COLOURS, STATUSES, ProbeResult, Scorecard
-from pu1_explorer.widgets.base import ExplorerWidget, escape
+from pu1_explorer.widgets.base import ExplorerWidget, escape, figure_html
+from pu1_explorer.widgets.figures import scorecard_figure
 
 
 _TD = "padding:.25em .5em;vertical-align:top;border-bottom:1px solid #ddd"
@@ -43,16 +44,26 @@ class ScorecardView(ExplorerWidget):
             raise ValueError("ScorecardView needs at least one scorecard")
         self.cards = cards
         self.problems_only = ipywidgets.Checkbox(value=problems_only, description="only probes that did not pass")
-        self.output = ipywidgets.HTML(self.static_html())
+        self.output = ipywidgets.HTML(self.table_html())
+        self.picture = ipywidgets.Output()
         self.problems_only.observe(lambda change: self.redraw(), names="value")
-        super().__init__([self.problems_only, self.output])
+        super().__init__([self.picture, self.problems_only, self.output])
+        self.show_figure(self.picture, self.figure())
+
+    def figure(self):
+        """The probes of every scorecard as a grid of squares coloured by status."""
+        return scorecard_figure(self.cards)
 
     def redraw(self) -> None:
         """Draw the table again with the current filter."""
-        self.output.value = self.static_html()
+        self.output.value = self.table_html()
 
     def static_html(self) -> str:
-        """The table as HTML that needs no kernel."""
+        """The figure and the table as HTML that needs no kernel."""
+        return f"<div class='explorer-widget'>{figure_html(self.figure())}{self.table_html()}</div>"
+
+    def table_html(self) -> str:
+        """The table of probes, a column per device."""
         names: list[str] = []
         capability: dict[str, str] = {}
         for card in self.cards:

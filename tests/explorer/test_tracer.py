@@ -9,6 +9,7 @@ import torch
 import pu1_explorer
 from torch_sim import workloads
 from pu1_explorer import trace
+from pu1_explorer.boxed import native_helper
 
 
 def all_tables():
@@ -326,7 +327,7 @@ def test_hops_can_be_read_while_the_trace_runs():
 def test_the_native_plan_matches_the_dispatch_table_dumps():
     """Every wrapped (operator, key) and its kind and provenance, as the dumps give them, for sim's keys."""
     keys = tracer_module.TRACE_KEYS["privateuse1"]
-    recorder = tracer_module._native().HopRecorder(list(tracer_module.TRACED_NAMESPACES),
+    recorder = native_helper().HopRecorder(list(tracer_module.TRACED_NAMESPACES),
                                                    sorted(tracer_module.UNTRACED_OPERATORS), list(keys))
     collector = tracer_module._NativeHops(recorder, tracer_module.Trace(), {})
     native = {site[:2]: collector._site_entry(index) for index, site in enumerate(recorder.sites())}
@@ -340,7 +341,7 @@ def test_the_native_plan_matches_the_dispatch_table_dumps():
             if entry.kind not in (FALLTHROUGH, MISSING):
                 expected[operator, key] = (entry.kind, entry.provenance)
         for key in ("ADInplaceOrView", "BackendSelect", "AutocastCPU", "Python", "Functionalize"):
-            assert tracer_module._native().computed_is_fallthrough(operator, key) == (
+            assert native_helper().computed_is_fallthrough(operator, key) == (
                 entry_from_dump(operator, dump, key).kind == FALLTHROUGH), (operator, key)
     assert native == expected
 

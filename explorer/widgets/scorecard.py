@@ -84,8 +84,8 @@ class ScorecardView(ExplorerWidget):
             f"<br>{card.seconds:.0f} s, torch {escape(card.torch_version)}, OpInfo {escape(card.opinfo)}</td>"
             for card in self.cards)
         rows = "".join(
-            f"<tr><td style='{_TD};white-space:nowrap'>{escape(capability[name])}</td>"
-            f"<td style='{_TD}'><b>{escape(name)}</b></td>"
+            f"<tr><td style='{_TD}'><b>{escape(name)}</b><br>"
+            f"<span style='font-size:.8em;color:#757575'>step {escape(capability[name])}</span></td>"
             + "".join(_cell(found.get(name)).replace("</td>", _problem_ops(found.get(name)) + "</td>", 1)
                       for found in lookup) + "</tr>"
             for name in names)
@@ -93,7 +93,9 @@ class ScorecardView(ExplorerWidget):
                           for status in STATUSES)
         return ("<div class='explorer-widget explorer-scorecard' style='overflow-x:auto'>"
                 f"<p style='font-size:.85em'>{legend}</p>"
-                "<table style='border-collapse:collapse;font-size:.9em;width:100%'>"
-                f"<thead><tr><th>guide step</th><th>probe</th>{header}</tr>"
-                f"<tr><td></td><td><i>summary</i></td>{summaries}</tr></thead>"
+                "<table style='border-collapse:collapse;font-size:.9em;width:100%;table-layout:fixed;"
+                "overflow-wrap:anywhere'>"
+                f"<colgroup><col style='width:9.5em'>{'<col>' * len(self.cards)}</colgroup>"
+                f"<thead><tr><th>probe</th>{header}</tr>"
+                f"<tr><td><i>summary</i></td>{summaries}</tr></thead>"
                 f"<tbody>{rows}</tbody></table></div>")

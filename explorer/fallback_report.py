@@ -22,6 +22,7 @@ from pu1_explorer.boxed import call_original
 from pu1_explorer.dispatch_table import FALLBACK, KERNEL, MISSING, canonical_key, entry_from_dump, short_path
 
 _LIBRARY_DIRECTORIES = tuple(os.path.dirname(module.__file__) + os.sep for module in (torch, contextlib))
+_WORKLOADS_FILE = os.path.join(os.path.dirname(__file__), "workloads.py")
 
 
 @dataclass
@@ -101,7 +102,8 @@ def user_call_site(skip_directories: tuple[str, ...] = ()) -> str:
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not filename.startswith(skipped) and not filename.startswith("<frozen"):
+        # the reference workloads are code the user runs, though they ship with the explorer
+        if filename == _WORKLOADS_FILE or not filename.startswith(skipped) and not filename.startswith("<frozen"):
             if "ipykernel_" in filename:  # a notebook cell: its temporary file name means nothing to the reader
                 return f"notebook cell, line {frame.f_lineno} in {frame.f_code.co_name}"
             return f"{short_path(filename)}:{frame.f_lineno} in {frame.f_code.co_name}"

@@ -111,7 +111,7 @@ def build_report(snapshot: CoverageSnapshot, fallbacks: FallbackReport, workload
     charts = coverage_figure(snapshot).to_html(include_plotlyjs=True, full_html=False)
     if fallbacks.calls:
         charts += fallback_figure(fallbacks).to_html(include_plotlyjs=False, full_html=False)
-    workload_rows = [[result.name, f"{result.seconds:.2f} s", result.error or "ran"] for result in workloads]
+    workload_rows = [[result.name, f"{result.seconds:.2f}\u00a0s", result.error or "ran"] for result in workloads]
     workload_names = ", ".join(result.name for result in workloads) or "none"
     fallback_rows = [[entry.operator, entry.count, entry.copied, "; ".join(f"{s} ×{c}" for s, c in entry.shapes.most_common(3)),
                       "; ".join(f"{s} ×{c}" for s, c in entry.call_sites.most_common(2))]

@@ -145,3 +145,18 @@ def test_without_a_backend_the_widgets_say_so_in_one_line():
     assert result.returncode != 0
     assert result.stderr.strip().splitlines()[-1].startswith(
         "pu1_explorer.devices.UnknownDeviceError: this process knows cpu and meta; no PrivateUse1 backend is loaded")
+
+
+def test_calls_from_the_reference_workloads_name_the_workload_line(fixture_backend_env):
+    """The workloads ship inside the explorer's folder, yet the report points into them, not past them."""
+    program = textwrap.dedent("""
+        import torch, torch_toy
+        from pu1_explorer.fallback_report import monitor_fallbacks
+        from pu1_explorer.workloads import train
+        with monitor_fallbacks("toy") as report:
+            train("mlp", "toy", steps=1)
+        print(sorted({site for entry in report.calls.values() for site in entry.call_sites}))
+    """)
+    result = run_python(program, **fixture_backend_env)
+    assert result.returncode == 0, result.stderr
+    assert "explorer/workloads.py:" in result.stdout and " in train" in result.stdout, result.stdout

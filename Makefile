@@ -12,13 +12,17 @@ PORT ?= 8000
 setup: $(VENV)/.installed
 
 # torch and the build tools first; then the package, whose C++ parts (backend/csrc, explorer/csrc)
-# compile against that torch at install time (--no-build-isolation), as vendor extensions do.
-$(VENV)/.installed: pyproject.toml setup.py constraints.txt $(wildcard backend/csrc/*) $(wildcard explorer/csrc/*)
+# compile against that torch at install time (--no-build-isolation), as vendor extensions do; then
+# toy, the second (test) backend that the scorecard page also runs, into build/toy-backend.
+$(VENV)/.installed: pyproject.toml setup.py constraints.txt $(wildcard backend/csrc/*) $(wildcard explorer/csrc/*) \
+		$(wildcard tests/fixture_backend/csrc/*)
 	test -x $(PYTHON) || $(SYSTEM_PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet -c constraints.txt torch numpy setuptools wheel ninja
 	$(PIP) install --quiet --no-build-isolation -c constraints.txt -e ".[test,docs]"
 	$(PYTHON) -c "import torch; print('sim ready:', torch.sim.device_count(), 'devices')"
+	$(PYTHON) -c "from pathlib import Path; from tests.fixture_backend import build_fixture_backend; \
+		build_fixture_backend(Path('build/toy-backend')); print('toy ready: build/toy-backend')"
 	touch $@
 
 # Debian's Chromium for the browser tests (Playwright drives it; no browser download).
@@ -57,6 +61,7 @@ benchmark: setup
 	$(PYTHON) benchmarks/import_speed.py
 	$(PYTHON) benchmarks/profiler_overhead.py
 	$(PYTHON) benchmarks/compile_speed.py
+	$(PYTHON) benchmarks/site_build.py
 
 clean:
 	rm -rf $(VENV) build site docs/notebooks *.egg-info backend/_C.*.so explorer/_native.*.so

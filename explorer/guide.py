@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from torch_sim import STEPS, bringup_checks
+from pu1_explorer import forkserver
 from pu1_explorer.coverage import CoverageChange
 
 TITLES = {
@@ -231,25 +232,45 @@ def steps() -> list[GuideStep]:
 
 _COVERAGE_PROGRAM = """
 import json, torch, torch_sim
-if {step!r} != "none":
-    torch_sim.bring_up({step!r})
 from pu1_explorer.coverage import coverage
-snapshot = coverage("PrivateUse1", label="sim")
-print(json.dumps({{"percent": snapshot.summary()["without_fallback_percent"],
-                  "rows": {{row.operator: row.backend + "|" + row.autograd + "|" + row.autocast
-                           for row in snapshot.rows}}}}))
+for step in {steps!r}:
+    if step is not None:
+        torch_sim.bring_up(step)
+    snapshot = coverage("PrivateUse1", label="sim")
+    print(json.dumps({{"percent": snapshot.summary()["without_fallback_percent"],
+                      "rows": {{row.operator: row.backend + "|" + row.autograd + "|" + row.autocast
+                               for row in snapshot.rows}}}}))
 """
 
 
-@functools.lru_cache(maxsize=None)
-def _coverage_at(step: str | None) -> tuple[float, dict[str, str]]:
-    environment = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0", SIM_FALLBACK="silent")
-    completed = subprocess.run([sys.executable, "-c", _COVERAGE_PROGRAM.format(step=step or "none")],
-                               capture_output=True, text=True, env=environment, timeout=300)
+def _fresh_process(program: str, timeout: float) -> subprocess.CompletedProcess:
+    """Run `program` in a fresh process (forked from a template that imported torch) with sim not loaded."""
+    _, environment = bringup_checks.check_program(STEPS[0], None)
+    return forkserver.run(["-c", program], environment, timeout)
+
+
+def _coverage_at(*steps: str | None) -> list[tuple[float, dict[str, str]]]:
+    """The coverage with the backend brought up to each of `steps` in turn (None: nothing), in one fresh process."""
+    completed = _fresh_process(_COVERAGE_PROGRAM.format(steps=list(steps)), timeout=300)
     if completed.returncode != 0:
         raise RuntimeError(bringup_checks.error_summary(completed.stderr, completed.returncode))
-    data = json.loads(completed.stdout.strip().splitlines()[-1])
-    return data["percent"], data["rows"]
+    found = [json.loads(line) for line in completed.stdout.splitlines() if line.startswith("{")]
+    return [(data["percent"], data["rows"]) for data in found]
+
+
+def _run_check(step: str, installed_until: str | None, timeout: float = 120.0) -> bringup_checks.CheckResult:
+    """`bringup_checks.run_check`, in a forked fresh process; the autoload step's check is about `import torch`
+    itself, so it keeps a process of its own."""
+    if step == "autoload":
+        return bringup_checks.run_check(step, installed_until, timeout)
+    program, environment = bringup_checks.check_program(step, installed_until)
+    try:
+        completed = forkserver.run(["-c", program], environment, timeout)
+    except subprocess.TimeoutExpired:
+        return bringup_checks.CheckResult(step, installed_until, False, "",
+                                          f"the check did not finish within {timeout:.0f} s")
+    error = "" if completed.returncode == 0 else bringup_checks.error_summary(completed.stderr, completed.returncode)
+    return bringup_checks.CheckResult(step, installed_until, completed.returncode == 0, completed.stdout, error)
 
 
 @functools.lru_cache(maxsize=None)
@@ -258,12 +279,11 @@ def check_step(name: str, with_coverage: bool = True) -> StepCheck:
     if name not in STEPS:
         raise ValueError(f"unknown step {name!r}; the steps are: {', '.join(STEPS)}")
     previous = bringup_checks.step_before(name)
-    before = bringup_checks.run_check(name, previous)
-    after = bringup_checks.run_check(name, name)
+    before = _run_check(name, previous)
+    after = _run_check(name, name)
     result = StepCheck(name, before.succeeded, before.summary, after.succeeded, after.summary)
     if with_coverage and name != "autoload":
-        percent_before, rows_before = _coverage_at(previous)
-        percent_after, rows_after = _coverage_at(name)
+        (percent_before, rows_before), (percent_after, rows_after) = _coverage_at(previous, name)
         result.coverage_before, result.coverage_after = percent_before, percent_after
         result.coverage_changes = [CoverageChange(operator, rows_before.get(operator, "missing"), status)
                                    for operator, status in sorted(rows_after.items())
@@ -300,9 +320,7 @@ for step in torch_sim.STEPS:
 @functools.lru_cache(maxsize=None)
 def coverage_by_step() -> list[StepCoverage]:
     """The coverage after each bring-up step, measured in one fresh process that brings sim up step by step."""
-    environment = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0", SIM_FALLBACK="silent")
-    completed = subprocess.run([sys.executable, "-c", _COVERAGE_BY_STEP_PROGRAM], capture_output=True, text=True,
-                               env=environment, timeout=600)
+    completed = _fresh_process(_COVERAGE_BY_STEP_PROGRAM, timeout=600)
     if completed.returncode != 0:
         raise RuntimeError(bringup_checks.error_summary(completed.stderr, completed.returncode))
     rows = [json.loads(line) for line in completed.stdout.splitlines() if line.startswith("{")]

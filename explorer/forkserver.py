@@ -1,0 +1,250 @@
+"""Fresh Python processes without paying for `import torch` each time: forked from a template process.
+
+The scorecard and the guide run every probe and check in a fresh process, and most of such a
+process's time was the 2 s import of torch. A `ForkServer` is a process that imports torch once
+(with backend autoloading off, so that no backend code runs before a fork) and then forks one
+child per program. Each child gets its own session (a process group to kill), the caller's
+stdin/stdout/stderr and environment, loads the backends `import torch` would have autoloaded,
+and runs the program as `python -c CODE` or `python SCRIPT ARGS` would. A crash or a hang costs
+only that child. Run as a script, this file is the server.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Sequence
+
+_AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+
+
+class ForkedProcess:
+    """A child of a fork server, used like a `subprocess.Popen`: pid, wait(), poll(), kill()."""
+
+    def __init__(self, connection: socket.socket, pid: int, received: bytes = b"") -> None:
+        self._connection = connection
+        self.pid = pid
+        self.returncode: int | None = None
+        self._received = received
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the exit status (negative: the signal that killed it); TimeoutExpired after `timeout`."""
+        while self.returncode is None:
+            chunk = b""
+            if b"\n" not in self._received:
+                self._connection.settimeout(timeout)
+                try:
+                    chunk = self._connection.recv(64)
+                except TimeoutError:
+                    raise subprocess.TimeoutExpired(f"forked process {self.pid}", timeout) from None
+                self._received += chunk
+            if not chunk or b"\n" in self._received:
+                text = self._received.split(b"\n")[0].strip()
+                self.returncode = int(text) if text else -signal.SIGKILL
+                self._connection.close()
+        return self.returncode
+
+    def poll(self) -> int | None:
+        try:
+            return self.wait(timeout=0.0001)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+class ForkServer:
+    """A process that imported torch and forks a fresh child for each program, all with one environment."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = dict(env)
+        self._folder = tempfile.mkdtemp(prefix="pu1-forkserver-")
+        self.address = os.path.join(self._folder, "socket")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(self.address)
+        listener.listen(64)
+        self._log = tempfile.TemporaryFile("w+b")
+        template_env = dict(self.env, **{_AUTOLOAD: "0"})
+        self._process = subprocess.Popen([sys.executable, __file__, str(listener.fileno())], env=template_env,
+                                         pass_fds=[listener.fileno()], stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=self._log)
+        listener.close()
+        atexit.register(self.close)
+
+    def start(self, argv: Sequence[str], stdout: int, stderr: int, cwd: str | None = None) -> ForkedProcess:
+        """Start `python *argv` (["-c", code] or [script, args...]) in a fresh child writing to these descriptors."""
+        if not argv or (argv[0] == "-c" and len(argv) < 2):
+            raise ValueError(f"argv must be ['-c', code, ...] or [script, ...], not {list(argv)!r}")
+        request = json.dumps({"argv": list(argv), "env": self.env, "cwd": cwd or os.getcwd()}).encode() + b"\n"
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        answer = b""
+        try:
+            connection.connect(self.address)
+            with open(os.devnull, "rb") as stdin:
+                socket.send_fds(connection, [request], [stdin.fileno(), stdout, stderr])
+            while b"\n" not in answer:
+                chunk = connection.recv(64)
+                if not chunk:
+                    break
+                answer += chunk
+        except OSError:
+            pass
+        if b"\n" not in answer:
+            connection.close()
+            raise RuntimeError(f"the fork server did not start a process: {self._log_tail()}")
+        pid, rest = answer.split(b"\n", 1)  # the exit status may have come with the pid
+        return ForkedProcess(connection, int(pid), rest)
+
+    def _log_tail(self) -> str:
+        try:
+            self._process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        self._log.seek(0)
+        lines = self._log.read().decode("utf-8", "replace").strip().splitlines()
+        return lines[-1] if lines else f"it exited with code {self._process.poll()}"
+
+    def close(self) -> None:
+        if self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+        if os.path.exists(self.address):
+            os.unlink(self.address)
+            os.rmdir(self._folder)
+
+
+_SERVERS: dict[str, ForkServer] = {}
+_SERVERS_LOCK = threading.Lock()
+MAX_SERVERS = 3  # each holds a process with torch imported (about 300 MB); running children do not need it
+
+
+def fork_server(env: dict[str, str]) -> ForkServer:
+    """The fork server of this environment: started on first use, kept while it is among the last used."""
+    key = json.dumps(sorted(env.items()))
+    with _SERVERS_LOCK:
+        server = _SERVERS.pop(key, None)
+        if server is None or server._process.poll() is not None:
+            server = ForkServer(env)
+        _SERVERS[key] = server
+        while len(_SERVERS) > MAX_SERVERS:
+            _SERVERS.pop(next(iter(_SERVERS))).close()
+        return server
+
+
+def run(argv: Sequence[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """`subprocess.run([python, *argv], env=env, capture_output=True, text=True, timeout=timeout)`, forked: the
+    child's process group is killed and TimeoutExpired raised when it outlives `timeout`."""
+    with tempfile.TemporaryFile("w+b") as stdout, tempfile.TemporaryFile("w+b") as stderr:
+        process = fork_server(env).start(argv, stdout.fileno(), stderr.fileno())
+        try:
+            returncode = process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.wait()
+            raise
+        outputs = []
+        for stream in (stdout, stderr):
+            stream.seek(0)
+            outputs.append(stream.read().decode("utf-8", "replace"))
+    return subprocess.CompletedProcess([sys.executable, *argv], returncode, *outputs)
+
+
+def _run_child(request: dict) -> None:
+    """In the forked child: become `python *argv` with the requested environment, then exit."""
+    import runpy
+
+    import torch
+
+    os.setsid()
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    code = 0
+    try:
+        if torch._is_device_backend_autoload_enabled():
+            torch._import_device_backends()
+        argv = request["argv"]
+        if argv[0] == "-c":
+            sys.argv = ["-c", *argv[2:]]
+            sys.path[0] = ""
+            main = type(sys)("__main__")
+            sys.modules["__main__"] = main
+            exec(compile(argv[1], "<string>", "exec"), main.__dict__)
+        else:
+            sys.argv = list(argv)
+            sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
+            runpy.run_path(argv[0], run_name="__main__")
+    except SystemExit as ended:
+        code = ended.code if isinstance(ended.code, int) else (0 if ended.code is None else 1)
+        if not isinstance(ended.code, (int, type(None))):
+            print(ended.code, file=sys.stderr)
+    except BaseException as error:
+        import traceback
+
+        # from the program's own frames on, as `python` would print it
+        traceback.print_exception(type(error), error, error.__traceback__.tb_next)
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(code)
+
+
+def _serve(listener: socket.socket) -> None:
+    """Accept requests until the parent is gone; each one: fork a watcher that forks the child and reports."""
+    import torch  # noqa: F401  (the point of the template)
+
+    parent = os.getppid()
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # watchers are reaped by the system
+    listener.settimeout(1.0)
+    while os.getppid() == parent:
+        try:
+            connection, _ = listener.accept()
+        except TimeoutError:
+            continue
+        message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)
+        while not message.endswith(b"\n"):
+            message += connection.recv(1 << 20)
+        if os.fork() == 0:  # the watcher
+            listener.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            pid = os.fork()
+            if pid == 0:
+                connection.close()
+                for target, fd in enumerate(fds):
+                    os.dup2(fd, target)
+                    os.close(fd)
+                _run_child(json.loads(message))
+            for fd in fds:
+                os.close(fd)
+            connection.sendall(f"{pid}\n".encode())
+            _, status = os.waitpid(pid, 0)
+            code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+            try:
+                connection.sendall(f"{code}\n".encode())
+            finally:
+                os._exit(0)
+        connection.close()
+        for fd in fds:
+            os.close(fd)
+
+
+if __name__ == "__main__":
+    sys.path[0] = ""  # as for `python -c`: this file's folder (the explorer's modules) is not on the path
+    _serve(socket.socket(fileno=int(sys.argv[1])))

@@ -1,0 +1,99 @@
+"""The fork server: each program runs in a fresh child as `python` would run it, and its ending is reported."""
+import concurrent.futures
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from pu1_explorer import forkserver
+from pu1_explorer.guide import _run_check
+from torch_sim import bringup_checks
+
+from .test_scorecard import alive
+
+ENV = dict(os.environ, SIM_FALLBACK="silent")
+
+
+def test_a_child_runs_as_python_would_with_the_environment_argv_and_folder(tmp_path):
+    env = dict(ENV, PU1_MARK="seen")
+    program = "import os, sys; print(os.environ['PU1_MARK'], sys.argv, repr(sys.path[0]), os.getcwd(), __name__)"
+    completed = forkserver.run(["-c", program, "one"], env, timeout=60)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.split() == ["seen", "['-c',", "'one']", "''", os.getcwd(), "__main__"]
+    script = tmp_path / "script.py"
+    script.write_text("import sys\nprint(__name__, sys.argv[1:], sys.path[0])\n")
+    completed = forkserver.run([str(script), "a", "b"], env, timeout=60)
+    assert completed.stdout.split() == ["__main__", "['a',", "'b']", str(tmp_path)]
+
+
+def test_backends_load_after_the_fork_exactly_when_import_torch_would_load_them():
+    program = ("import sys, torch; print(torch._C._get_privateuse1_backend_name(), 'torch_sim' in sys.modules, "
+               "sys.modules['torch'].__file__ == {!r})".format(sys.modules["torch"].__file__))
+    loaded = forkserver.run(["-c", program], dict(ENV, TORCH_DEVICE_BACKEND_AUTOLOAD="1"), timeout=60)
+    assert loaded.stdout.split() == ["sim", "True", "True"], loaded.stderr
+    not_loaded = forkserver.run(["-c", program], dict(ENV, TORCH_DEVICE_BACKEND_AUTOLOAD="0"), timeout=60)
+    assert not_loaded.stdout.split() == ["privateuseone", "False", "True"], not_loaded.stderr
+
+
+def test_exit_codes_signals_and_tracebacks_are_reported_as_for_a_process_of_its_own():
+    assert forkserver.run(["-c", "raise SystemExit(3)"], ENV, timeout=60).returncode == 3
+    assert forkserver.run(["-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"], ENV,
+                          timeout=60).returncode == -signal.SIGSEGV
+    failed = forkserver.run(["-c", "1 / 0"], ENV, timeout=60)
+    assert failed.returncode == 1
+    assert failed.stderr.splitlines()[1:] == ['  File "<string>", line 1, in <module>', "ZeroDivisionError: division by zero"]
+    # the template is untouched by what its children did
+    assert forkserver.run(["-c", "print('still here')"], ENV, timeout=60).stdout == "still here\n"
+
+
+def test_a_child_that_outlives_its_time_is_killed_with_its_process_group(tmp_path):
+    pid_file = tmp_path / "grandchild.pid"
+    program = (f"import subprocess, time\nchild = subprocess.Popen(['sleep', '600'])\n"
+               f"open({str(pid_file)!r}, 'w').write(str(child.pid))\ntime.sleep(600)\n")
+    started = time.perf_counter()
+    with pytest.raises(subprocess.TimeoutExpired):
+        forkserver.run(["-c", program], ENV, timeout=5)
+    assert time.perf_counter() - started < 30
+    time.sleep(0.5)
+    assert not alive(int(pid_file.read_text()))
+
+
+def test_a_bad_command_line_is_one_clear_error_before_anything_runs():
+    with pytest.raises(ValueError, match=r"argv must be \['-c', code, \.\.\.\] or \[script, \.\.\.\]"):
+        forkserver.run([], ENV, timeout=60)
+    with pytest.raises(ValueError, match="argv must be"):
+        forkserver.run(["-c"], ENV, timeout=60)
+
+
+def test_a_template_that_cannot_start_says_why_in_one_line(tmp_path):
+    (tmp_path / "torch.py").write_text("raise ImportError('this folder shadows torch')\n")
+    env = dict(ENV, PYTHONPATH=str(tmp_path))
+    with pytest.raises(RuntimeError, match="the fork server did not start a process: ImportError: this folder"):
+        forkserver.run(["-c", "print(1)"], env, timeout=60)
+
+
+def test_only_a_few_templates_are_kept():
+    for number in range(forkserver.MAX_SERVERS + 2):
+        forkserver.run(["-c", "pass"], dict(ENV, PU1_TEMPLATE=str(number)), timeout=60)
+    assert len(forkserver._SERVERS) == forkserver.MAX_SERVERS
+
+
+@pytest.mark.parametrize("step", ["guard", "operators", "generator", "amp"])
+def test_a_forked_bringup_check_says_what_a_process_of_its_own_says(step):
+    for installed_until in (bringup_checks.step_before(step), step):
+        forked = _run_check(step, installed_until)
+        executed = bringup_checks.run_check(step, installed_until)
+        assert (forked.succeeded, forked.summary) == (executed.succeeded, executed.summary)
+
+
+def test_quick_children_started_from_two_threads_each_report_their_own_status():
+    def run_many(first: int) -> list[int]:
+        return [forkserver.run(["-c", f"raise SystemExit({code})"], ENV, timeout=60).returncode
+                for code in range(first, first + 15)]
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(run_many, (0, 100)))
+    assert results == [list(range(0, 15)), list(range(100, 115))]

@@ -61,6 +61,7 @@ benchmark: setup
 	$(PYTHON) benchmarks/import_speed.py
 	$(PYTHON) benchmarks/profiler_overhead.py
 	$(PYTHON) benchmarks/compile_speed.py
+	$(PYTHON) benchmarks/fresh_process_speed.py
 	$(PYTHON) benchmarks/site_build.py
 
 clean:

@@ -82,7 +82,8 @@ class ForkServer:
         atexit.register(self.close)
 
     def start(self, argv: Sequence[str], stdout: int, stderr: int, cwd: str | None = None) -> ForkedProcess:
-        """Start `python *argv` (["-c", code] or [script, args...]) in a fresh child writing to these descriptors."""
+        """Start `python *argv` (`["-c", code, *args]` or `[script, *args]`) in a fresh child writing to these
+        file descriptors."""
         if not argv or (argv[0] == "-c" and len(argv) < 2):
             raise ValueError(f"argv must be ['-c', code, ...] or [script, ...], not {list(argv)!r}")
         request = json.dumps({"argv": list(argv), "env": self.env, "cwd": cwd or os.getcwd()}).encode() + b"\n"

@@ -1,7 +1,7 @@
 """A conformance scorecard for any PrivateUse1 device: each capability of the guide checked in a fresh process.
 
 Every probe is a short Python program run in a fresh, time-limited process group, forked from a
-template process that has imported torch (`forkserver.py`: 0.15 s a process instead of 2 s;
+template process that has imported torch (`forkserver.py`: about 0.1 s a process instead of 2 s;
 backends load after the fork, as `import torch` would load them): it imports torch, then the modules or files named in `imports` (for
 backends that `import torch` does not load by itself), then checks one capability against
 the device by its name and reports one line. A probe that dies of a signal is "crashed", one

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from torch_sim import STEPS
@@ -123,11 +124,16 @@ class CheckResult:
         return self.error if len(self.error) <= 300 else self.error[:300].rstrip() + " …"
 
 
+def check_environment() -> dict[str, str]:
+    """The environment the checks run in: sim's fallback quiet, warnings off, sim not autoloaded by `import torch`."""
+    return dict(os.environ, SIM_FALLBACK="silent", PYTHONWARNINGS="ignore", TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+
+
 def check_program(step: str, installed_until: str | None) -> tuple[str, dict[str, str]]:
     """The program and environment that run `step`'s check with the backend brought up to `installed_until`."""
     if step not in CHECKS:
         raise ValueError(f"unknown bring-up step {step!r}; the steps are: {', '.join(STEPS)}")
-    environment = dict(os.environ, SIM_FALLBACK="silent", PYTHONWARNINGS="ignore")
+    environment = check_environment()
     body = textwrap.dedent(CHECKS[step])
     if step == "autoload":
         # The autoload step is the entry point itself: before it, import torch does not load sim.
@@ -135,19 +141,26 @@ def check_program(step: str, installed_until: str | None) -> tuple[str, dict[str
         environment["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "1" if loaded else "0"
         environment.pop("SIM_BRINGUP_STEP", None)
         return "import torch\n" + body, environment
-    environment["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
     prelude = "import torch\nimport torch_sim\n"
     if installed_until is not None:
         prelude += f"torch_sim.bring_up({installed_until!r})\n"
     return prelude + body, environment
 
 
-def run_check(step: str, installed_until: str | None, timeout: float = 120.0) -> CheckResult:
-    """Run one step's check in a fresh process with the backend brought up to `installed_until` (None: nothing)."""
+def _new_interpreter(argv: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def run_check(step: str, installed_until: str | None, timeout: float = 120.0,
+              run_python: Callable[[list[str], dict[str, str], float], subprocess.CompletedProcess] | None = None
+              ) -> CheckResult:
+    """Run one step's check in a fresh process with the backend brought up to `installed_until` (None: nothing).
+
+    `run_python(argv, env, timeout)` runs `python *argv` and returns its CompletedProcess (default: a new
+    interpreter; the explorer passes one that forks from a template)."""
     program, environment = check_program(step, installed_until)
     try:
-        completed = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
-                                   env=environment, timeout=timeout)
+        completed = (run_python or _new_interpreter)(["-c", program], environment, timeout)
     except subprocess.TimeoutExpired:
         return CheckResult(step, installed_until, False, "", f"the check did not finish within {timeout:.0f} s")
     error = "" if completed.returncode == 0 else error_summary(completed.stderr, completed.returncode)

@@ -1,5 +1,7 @@
 """A fresh process for a probe or a check: a new interpreter importing torch (and sim) against a child
-forked from the explorer's template (`pu1_explorer.forkserver`), and a whole sim scorecard.
+forked from the explorer's template (`pu1_explorer.forkserver`), and a whole sim scorecard. Then a fresh
+Jupyter kernel for a notebook, as the docs build starts one per page: launched as usual against forked
+(`pu1_explorer.forked_kernel`).
 
 Run: `make benchmark` (or `python benchmarks/fresh_process_speed.py` in the project's virtualenv).
 Figures are medians of several repeats, measured in this run.
@@ -9,13 +11,29 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
+import nbformat
+from nbclient import NotebookClient
 from timing import median_seconds
+from traitlets.config import Config
 from pu1_explorer import forkserver
+from pu1_explorer.forked_kernel import ForkedKernelManager
 from pu1_explorer.scorecard import scorecard
 
 PROGRAM = "import torch; torch.ones(2, device='sim')"
+NOTEBOOK_CELL = "import torch\nfrom pu1_explorer.widgets import setup_notebook\nsetup_notebook()\ntorch.ones(2, device='sim')"
+
+
+def execute_notebook(env: dict[str, str], forked: bool) -> None:
+    """A one-cell notebook (the first cell of the site's pages) executed in a fresh kernel."""
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(NOTEBOOK_CELL)])
+    options = {"kernel_manager_class": ForkedKernelManager} if forked else {}
+    config = Config()
+    config.KernelManager.transport = "ipc"  # as the docs build: local sockets, not TCP
+    config.KernelManager.ip = os.path.join(tempfile.mkdtemp(prefix="pu1-kernel-"), "kernel")
+    NotebookClient(notebook, timeout=120, kernel_name="python3", config=config, **options).execute(env=env)
 
 
 def main() -> int:
@@ -29,6 +47,11 @@ def main() -> int:
     card = scorecard("sim", jobs=2, opinfo="quick")
     print(f"sim's scorecard ({len(card.probes)} probes, quick OpInfo sweeps, 2 jobs): "
           f"{time.perf_counter() - started:.1f} s, {card.summary()['passed']} passed")
+    execute_notebook(env, forked=True)  # the kernels' template starts once
+    launched = median_seconds(lambda: execute_notebook(env, forked=False))
+    forked_kernel = median_seconds(lambda: execute_notebook(env, forked=True))
+    print(f"a notebook whose cell imports torch and the widgets and makes a sim tensor, in a fresh kernel: "
+          f"{launched:.3f} s launched as usual, {forked_kernel:.3f} s forked ({launched / forked_kernel:.1f}x)")
     return 0
 
 

@@ -67,11 +67,10 @@ def backend_key(device: str | torch.device | None) -> str:
     return {"cpu": "CPU", "meta": "Meta"}.get(kind, "PrivateUse1")
 
 
-def import_backends(modules: Sequence[str]) -> list[str]:
+def import_backends(modules: Sequence[str]) -> None:
     """Import each module name or run each .py file, in order (for backends that do not autoload).
 
     Every name is checked before any is imported, so a typo costs nothing.
-    Returns the PrivateUse1 backend name afterwards (or nothing if none is loaded).
     """
     for module in modules:
         if module.endswith(".py"):
@@ -85,4 +84,3 @@ def import_backends(modules: Sequence[str]) -> list[str]:
             runpy.run_path(module, run_name="__pu1_backend__")
         else:
             importlib.import_module(module)
-    return known_devices()[:-2]

@@ -157,30 +157,23 @@ def monitor_fallbacks(backend_key: str = "PrivateUse1") -> Iterator[FallbackRepo
             stack = local.stack = []
         return stack
 
-    def fallback_kernel(operator: str, original: Any):
+    def wrapped_kernel(operator: str, original: Any, counted: bool):
+        """A kernel that calls `original` with the call marked on this thread's stack; `counted`: a fallback call,
+        recorded in the report."""
         def kernel(keyset: Any, *arguments: Any, **keyword_arguments: Any) -> Any:
-            site = user_call_site()
-            shapes = _describe_inputs(arguments, keyword_arguments)
-            with lock:
-                entry = report.calls.get(operator)
-                if entry is None:
-                    entry = report.calls[operator] = FallbackCalls(operator)
-                entry.count += 1
-                entry.shapes[shapes] += 1
-                entry.call_sites[site] += 1
+            entry = None
+            if counted:
+                site = user_call_site()
+                shapes = _describe_inputs(arguments, keyword_arguments)
+                with lock:
+                    entry = report.calls.get(operator)
+                    if entry is None:
+                        entry = report.calls[operator] = FallbackCalls(operator)
+                    entry.count += 1
+                    entry.shapes[shapes] += 1
+                    entry.call_sites[site] += 1
             stack = frames()
             stack.append([operator, entry, False])
-            try:
-                return call_original(original, operator, keyset, arguments, keyword_arguments)
-            finally:
-                stack.pop()
-
-        return kernel
-
-    def own_kernel(operator: str, original: Any):
-        def kernel(keyset: Any, *arguments: Any, **keyword_arguments: Any) -> Any:
-            stack = frames()
-            stack.append([operator, None, False])
             try:
                 return call_original(original, operator, keyset, arguments, keyword_arguments)
             finally:
@@ -207,10 +200,10 @@ def monitor_fallbacks(backend_key: str = "PrivateUse1") -> Iterator[FallbackRepo
     dispatch_key = getattr(torch._C.DispatchKey, key)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for operators, make in ((fallbacks, fallback_kernel), (kernels, own_kernel)):
+        for operators, counted in ((fallbacks, True), (kernels, False)):
             for operator in operators:
                 original = torch.library.get_kernel(operator, key)
-                library.impl(operator[len("aten::"):], dispatch_key, make(operator, original), True)
+                library.impl(operator[len("aten::"):], dispatch_key, wrapped_kernel(operator, original, counted), True)
         if entry_from_dump(COPY_TO_CPU, torch._C._dispatch_dump_table(COPY_TO_CPU), key).kind != MISSING:
             original = torch.library.get_kernel(COPY_TO_CPU, key)
             library.impl(COPY_TO_CPU[len("aten::"):], dispatch_key, copy_to_cpu(original), True)

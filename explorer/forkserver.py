@@ -5,8 +5,10 @@ process's time was the 2 s import of torch. A `ForkServer` is a process that imp
 (with backend autoloading off, so that no backend code runs before a fork) and then forks one
 child per program. Each child gets its own session (a process group to kill), the caller's
 stdin/stdout/stderr and environment, loads the backends `import torch` would have autoloaded,
-and runs the program as `python -c CODE` or `python SCRIPT ARGS` would. A crash or a hang costs
-only that child. Run as a script, this file is the server.
+and runs the program as `python -c CODE`, `python -m MODULE ARGS` or `python SCRIPT ARGS` would.
+A crash or a hang costs only that child, and a child whose caller is gone is killed. A template can
+import more modules up front (`preload`); the docs build forks its Jupyter kernels from one
+(`pu1_explorer.forked_kernel`). Run as a script, this file is the server.
 """
 from __future__ import annotations
 
@@ -25,7 +27,9 @@ _AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 
 
 class ForkedProcess:
-    """A child of a fork server, used like a `subprocess.Popen`: pid, wait(), poll(), kill()."""
+    """A child of a fork server, used like a `subprocess.Popen`: pid, wait(), poll(), send_signal(), kill()."""
+
+    stdin = stdout = stderr = None  # its streams are the caller's file descriptors, not pipes
 
     def __init__(self, connection: socket.socket, pid: int, received: bytes = b"") -> None:
         self._connection = connection
@@ -56,18 +60,37 @@ class ForkedProcess:
         except subprocess.TimeoutExpired:
             return None
 
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
     def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def kill_group(self) -> None:
+        """Kill the child and every process it started (its session), then wait for it."""
         try:
-            os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):  # it has not called setsid yet, or it has ended
+            self.kill()
+        self.wait()
 
 
 class ForkServer:
-    """A process that imported torch and forks a fresh child for each program, all with one environment."""
+    """A process that imported torch (and `preload`) and forks a fresh child for each program.
 
-    def __init__(self, env: dict[str, str]) -> None:
+    `env` is the environment the template starts in, which decides what starting Python and importing
+    torch read (`PYTHONPATH`, `PYTHONWARNINGS`, `TORCH_*`); children get it unless a request gives its own."""
+
+    def __init__(self, env: dict[str, str], preload: Sequence[str] = ()) -> None:
         self.env = dict(env)
+        self.preload = tuple(preload)
         self._folder = tempfile.mkdtemp(prefix="pu1-forkserver-")
         self.address = os.path.join(self._folder, "socket")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -75,18 +98,23 @@ class ForkServer:
         listener.listen(64)
         self._log = tempfile.TemporaryFile("w+b")
         template_env = dict(self.env, **{_AUTOLOAD: "0"})
-        self._process = subprocess.Popen([sys.executable, __file__, str(listener.fileno())], env=template_env,
+        self._process = subprocess.Popen([sys.executable, __file__, str(listener.fileno()), *self.preload],
+                                         env=template_env,
                                          pass_fds=[listener.fileno()], stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=self._log)
         listener.close()
         atexit.register(self.close)
 
-    def start(self, argv: Sequence[str], stdout: int, stderr: int, cwd: str | None = None) -> ForkedProcess:
-        """Start `python *argv` (`["-c", code, *args]` or `[script, *args]`) in a fresh child writing to these
-        file descriptors."""
-        if not argv or (argv[0] == "-c" and len(argv) < 2):
-            raise ValueError(f"argv must be ['-c', code, ...] or [script, ...], not {list(argv)!r}")
-        request = json.dumps({"argv": list(argv), "env": self.env, "cwd": cwd or os.getcwd()}).encode() + b"\n"
+    def start(self, argv: Sequence[str], stdout: int, stderr: int, cwd: str | None = None,
+              env: dict[str, str] | None = None) -> ForkedProcess:
+        """Start `python *argv` (`["-c", code, *args]`, `["-m", module, *args]` or `[script, *args]`) in a fresh
+        child writing to these file descriptors, in `cwd` and `env` (default: this process's folder and the
+        server's environment)."""
+        if not argv or (argv[0] in ("-c", "-m") and len(argv) < 2):
+            raise ValueError(f"argv must be ['-c', code, ...], ['-m', module, ...] or [script, ...], "
+                             f"not {list(argv)!r}")
+        request = json.dumps({"argv": list(argv), "env": self.env if env is None else env,
+                              "cwd": cwd or os.getcwd()}).encode() + b"\n"
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         answer = b""
         try:
@@ -129,13 +157,14 @@ _SERVERS_LOCK = threading.Lock()
 MAX_SERVERS = 3  # each holds a process with torch imported (about 300 MB); running children do not need it
 
 
-def fork_server(env: dict[str, str]) -> ForkServer:
-    """The fork server of this environment: started on first use, kept while it is among the last used."""
-    key = json.dumps(sorted(env.items()))
+def fork_server(env: dict[str, str], preload: Sequence[str] = ()) -> ForkServer:
+    """The fork server of this environment and preload: started on first use, kept while it is among the last
+    used."""
+    key = json.dumps([sorted(env.items()), list(preload)])
     with _SERVERS_LOCK:
         server = _SERVERS.pop(key, None)
         if server is None or server._process.poll() is not None:
-            server = ForkServer(env)
+            server = ForkServer(env, preload)
         _SERVERS[key] = server
         while len(_SERVERS) > MAX_SERVERS:
             _SERVERS.pop(next(iter(_SERVERS))).close()
@@ -150,11 +179,7 @@ def run(argv: Sequence[str], env: dict[str, str], timeout: float) -> subprocess.
         try:
             returncode = process.wait(timeout)
         except subprocess.TimeoutExpired:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            process.wait()
+            process.kill_group()
             raise
         outputs = []
         for stream in (stdout, stderr):
@@ -185,6 +210,10 @@ def _run_child(request: dict) -> None:
             main = type(sys)("__main__")
             sys.modules["__main__"] = main
             exec(compile(argv[1], "<string>", "exec"), main.__dict__)
+        elif argv[0] == "-m":
+            sys.argv = [argv[1], *argv[2:]]  # runpy puts the module's file first
+            sys.path[0] = os.getcwd()
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
         else:
             sys.argv = list(argv)
             sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
@@ -207,9 +236,38 @@ def _run_child(request: dict) -> None:
     os._exit(code)
 
 
-def _serve(listener: socket.socket) -> None:
+def _wait_unless_abandoned(pid: int, connection: socket.socket) -> int:
+    """`waitpid(pid)`; if the caller hangs up first (it ended or dropped the process), kill the child's session."""
+    import selectors
+
+    try:
+        child = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # no pidfd on this system: the child outlives a caller that died
+        return os.waitpid(pid, 0)[1]
+    with selectors.DefaultSelector() as selector:
+        selector.register(child, selectors.EVENT_READ)
+        selector.register(connection, selectors.EVENT_READ)
+        while not any(key.fd == child for key, _ in selector.select()):
+            if not connection.recv(64):
+                selector.unregister(connection)
+                for kill in (os.killpg, os.kill):
+                    try:
+                        kill(pid, signal.SIGKILL)
+                        break
+                    except (ProcessLookupError, PermissionError):
+                        pass
+    os.close(child)
+    return os.waitpid(pid, 0)[1]
+
+
+def _serve(listener: socket.socket, preload: Sequence[str]) -> None:
     """Accept requests until the parent is gone; each one: fork a watcher that forks the child and reports."""
+    import importlib
+
     import torch  # noqa: F401  (the point of the template)
+
+    for module in preload:
+        importlib.import_module(module)
 
     parent = os.getppid()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # watchers are reaped by the system
@@ -235,7 +293,7 @@ def _serve(listener: socket.socket) -> None:
             for fd in fds:
                 os.close(fd)
             connection.sendall(f"{pid}\n".encode())
-            _, status = os.waitpid(pid, 0)
+            status = _wait_unless_abandoned(pid, connection)
             code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
             try:
                 connection.sendall(f"{code}\n".encode())
@@ -248,4 +306,4 @@ def _serve(listener: socket.socket) -> None:
 
 if __name__ == "__main__":
     sys.path[0] = ""  # as for `python -c`: this file's folder (the explorer's modules) is not on the path
-    _serve(socket.socket(fileno=int(sys.argv[1])))
+    _serve(socket.socket(fileno=int(sys.argv[1])), sys.argv[2:])

@@ -11,9 +11,7 @@ import functools
 import importlib
 import inspect
 import json
-import os
 import subprocess
-import sys
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -245,8 +243,7 @@ for step in {steps!r}:
 
 def _fresh_process(program: str, timeout: float) -> subprocess.CompletedProcess:
     """Run `program` in a fresh process (forked from a template that imported torch) with sim not loaded."""
-    _, environment = bringup_checks.check_program(STEPS[0], None)
-    return forkserver.run(["-c", program], environment, timeout)
+    return forkserver.run(["-c", program], bringup_checks.check_environment(), timeout)
 
 
 def _coverage_at(*steps: str | None) -> list[tuple[float, dict[str, str]]]:
@@ -261,16 +258,8 @@ def _coverage_at(*steps: str | None) -> list[tuple[float, dict[str, str]]]:
 def _run_check(step: str, installed_until: str | None, timeout: float = 120.0) -> bringup_checks.CheckResult:
     """`bringup_checks.run_check`, in a forked fresh process; the autoload step's check is about `import torch`
     itself, so it keeps a process of its own."""
-    if step == "autoload":
-        return bringup_checks.run_check(step, installed_until, timeout)
-    program, environment = bringup_checks.check_program(step, installed_until)
-    try:
-        completed = forkserver.run(["-c", program], environment, timeout)
-    except subprocess.TimeoutExpired:
-        return bringup_checks.CheckResult(step, installed_until, False, "",
-                                          f"the check did not finish within {timeout:.0f} s")
-    error = "" if completed.returncode == 0 else bringup_checks.error_summary(completed.stderr, completed.returncode)
-    return bringup_checks.CheckResult(step, installed_until, completed.returncode == 0, completed.stdout, error)
+    return bringup_checks.run_check(step, installed_until, timeout,
+                                    run_python=None if step == "autoload" else forkserver.run)
 
 
 @functools.lru_cache(maxsize=None)
@@ -310,7 +299,8 @@ for step in torch_sim.STEPS:
     torch_sim.bring_up(step)
     snapshot = coverage("PrivateUse1", label="sim")
     summary = snapshot.summary()
-    print(json.dumps({"step": step, "counts": {status: value["count"] for status, value in summary["transitive"].items()},
+    counts = {status: value["count"] for status, value in summary["transitive"].items()}
+    print(json.dumps({"step": step, "counts": counts,
                       "percent": summary["without_fallback_percent"],
                       "autograd": sum(row.autograd == "kernel" for row in snapshot.rows),
                       "autocast": sum(row.autocast == "kernel" for row in snapshot.rows)}), flush=True)

@@ -17,14 +17,8 @@ import plotly.graph_objects as go
 from pu1_explorer.coverage import STATUS_ORDER, CoverageSnapshot
 from pu1_explorer.devices import backend_key
 from pu1_explorer.fallback_report import FallbackReport, monitor_fallbacks
+from pu1_explorer.widgets.figures import KIND_COLOURS
 from pu1_explorer.workloads import WORKLOADS, train
-
-STATUS_COLOURS = {
-    "kernel": "#2e7d32", "composite_explicit": "#66bb6a", "composite_explicit_nonfunctional": "#9ccc65",
-    "composite_implicit": "#26a69a", "autograd": "#42a5f5", "fallback": "#ef6c00", "fallthrough": "#bdbdbd",
-    "missing": "#c62828", "copies_to_cpu": "#8d6e63",
-}
-
 
 @dataclass
 class WorkloadResult:
@@ -79,7 +73,7 @@ def coverage_figure(snapshot: CoverageSnapshot) -> go.Figure:
         figure.add_bar(name=status, y=[label for label, _ in groups],
                        x=[counts[status]["percent"] for _, counts in groups],
                        customdata=[counts[status]["count"] for _, counts in groups], orientation="h",
-                       marker_color=STATUS_COLOURS[status],
+                       marker_color=KIND_COLOURS[status],
                        hovertemplate="%{y}: %{x}% (%{customdata} overloads)<extra>" + status + "</extra>")
     figure.update_layout(barmode="stack", title=f"How ATen overloads resolve on {snapshot.label}",
                          xaxis_title="% of overloads", height=380, legend={"orientation": "h", "y": -0.3})
@@ -90,7 +84,7 @@ def fallback_figure(report: FallbackReport, top: int = 25) -> go.Figure:
     ranked = report.ranked()[:top]
     figure = go.Figure(go.Bar(x=[entry.count for entry in ranked][::-1],
                               y=[entry.operator for entry in ranked][::-1], orientation="h",
-                              marker_color=STATUS_COLOURS["fallback"]))
+                              marker_color=KIND_COLOURS["fallback"]))
     figure.update_layout(title=f"Operators that reached the fallback ({report.total} calls)",
                          xaxis_title="calls", height=max(300, 24 * len(ranked) + 120))
     return figure

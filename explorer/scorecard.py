@@ -2,11 +2,11 @@
 
 Every probe is a short Python program run in a fresh, time-limited process group, forked from a
 template process that has imported torch (`forkserver.py`: about 0.1 s a process instead of 2 s;
-backends load after the fork, as `import torch` would load them): it imports torch, then the modules or files named in `imports` (for
-backends that `import torch` does not load by itself), then checks one capability against
-the device by its name and reports one line. A probe that dies of a signal is "crashed", one
-that outlives the time limit is killed with its whole process group and is "timed out", so
-the scorecard always returns.
+backends load after the fork, as `import torch` would load them): it imports torch, then the
+modules or files named in `imports` (for backends that `import torch` does not load by itself),
+then checks one capability against the device by its name and reports one line. A probe that
+dies of a signal is "crashed", one that outlives the time limit is killed with its whole process
+group and is "timed out", so the scorecard always returns.
 
 Two OpInfo sweeps run PyTorch's `op_db` in chunks of processes: the differential sweep
 compares every sample input on the device with the CPU (at test_ops.py's `test_compare_cpu`
@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from pu1_explorer.forkserver import ForkedProcess, fork_server
+from pu1_explorer.forkserver import fork_server
 
 STATUSES = ("passed", "failed", "skipped", "crashed", "timed out")
 OP_STATUSES = ("passed", "mismatched", "errored", "crashed", "timed out", "skipped")
@@ -934,6 +934,12 @@ class _Cancelled(Exception):
     """The scorecard was interrupted: no new process starts, running ones are killed."""
 
 
+# What the templates import besides torch, so that each child does not: the first torch.testing.assert_close
+# imports torch.distributed.tensor (0.6 s). Not the OpInfo database: it must see the functions as the
+# backend's imports leave them (a backend may replace some).
+_PRELOAD = ("torch.distributed.tensor",)
+
+
 def _run_program(argv: Sequence[str], env: dict[str, str], timeout: float, renew_on: str | None = None,
                  stop: threading.Event | None = None) -> _Run:
     """Run `python *argv` in a fresh process group (forked from the template of `env`); kill the group when it
@@ -945,7 +951,7 @@ def _run_program(argv: Sequence[str], env: dict[str, str], timeout: float, renew
     with tempfile.TemporaryFile("w+b") as errors:
         output, child_output = os.pipe()
         try:
-            process = fork_server(env).start(argv, child_output, errors.fileno())
+            process = fork_server(env, _PRELOAD).start(argv, child_output, errors.fileno())
         finally:
             os.close(child_output)
         stdout = os.fdopen(output, "rb", buffering=0)
@@ -956,8 +962,7 @@ def _run_program(argv: Sequence[str], env: dict[str, str], timeout: float, renew
             selector.register(stdout, selectors.EVENT_READ)
             while True:
                 if stop is not None and stop.is_set():
-                    _kill_group(process)
-                    process.wait()
+                    process.kill_group()
                     raise _Cancelled()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -978,24 +983,17 @@ def _run_program(argv: Sequence[str], env: dict[str, str], timeout: float, renew
                         if renew_on and message.get("kind") == renew_on:
                             deadline = time.monotonic() + timeout
         if timed_out:
-            _kill_group(process)
+            process.kill_group()
         try:
             returncode = process.wait(timeout=max(1.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             timed_out = True
-            _kill_group(process)
+            process.kill_group()
             returncode = process.wait()
         stdout.close()
         errors.seek(0)
         log = errors.read()[-4000:].decode("utf-8", "replace")
     return _Run(returncode, timed_out, messages, log, time.perf_counter() - started)
-
-
-def _kill_group(process: ForkedProcess) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        process.kill()
 
 
 def _signal_name(returncode: int) -> str:

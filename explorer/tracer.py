@@ -200,6 +200,17 @@ def native_recording_available() -> bool:
         return False
 
 
+def _skipped_before(priority: dict[str, int], is_fallthrough: Callable[[str, str], bool], operator: str, key: str,
+                    keys: list[str], parent: Hop | None) -> list[str]:
+    """Fallthrough keys a call passed over on its way to `key`: those of `keys` above it (and, for a redispatch
+    of the parent's call, below the parent's key), lowest priority first."""
+    rank = priority.get(key, 0)
+    floor = priority.get(parent.key, -1) if parent is not None and parent.operator == operator else -1
+    skipped = [candidate for candidate in keys
+               if floor < priority.get(candidate, 0) < rank and is_fallthrough(operator, candidate)]
+    return sorted(skipped, key=lambda name: priority.get(name, 0))
+
+
 _active_lock = threading.Lock()
 _active: list[Tracer] = []
 
@@ -251,15 +262,6 @@ class _NativeHops:
             known = self._fallthrough[(operator, key)] = self._computed_is_fallthrough(operator, key)
         return known
 
-    def _skipped_before(self, operator: str, key: str, keys: list[str], parent: Hop | None) -> list[str]:
-        """As Tracer._skipped_before: the fallthrough keys passed over on the way to `key`."""
-        priority = self._priority
-        rank = priority.get(key, 0)
-        floor = priority.get(parent.key, -1) if parent is not None and parent.operator == operator else -1
-        skipped = [candidate for candidate in keys
-                   if floor < priority.get(candidate, 0) < rank and self._is_fallthrough(operator, candidate)]
-        return sorted(skipped, key=lambda name: priority.get(name, 0))
-
     def refresh(self) -> None:
         """Append the hops recorded since the last call, and finish those that were still running."""
         hops = self._trace.__dict__["_hops"]
@@ -285,7 +287,7 @@ class _NativeHops:
             parent_index = parent.index if parent is not None else None
             keys = list(self._keysets[keyset])
             phase = "backward" if backward else "forward"
-            for skipped_key in self._skipped_before(operator, key, keys, parent):
+            for skipped_key in _skipped_before(self._priority, self._is_fallthrough, operator, key, keys, parent):
                 hops.append(Hop(len(hops), operator, skipped_key, FALLTHROUGH, keys, depth, parent_index, start_ns,
                                 phase=phase, skipped=True))
             infos = []
@@ -426,18 +428,8 @@ class Tracer:
             cached = self._kinds[(operator, key)] = entry_from_dump(operator, self._dumps.get(operator, ""), key).kind
         return cached
 
-    def _skipped_before(self, operator: str, key: str, keys: list[str], parent: Hop | None) -> list[str]:
-        """Fallthrough keys the call passed over on its way to `key`: those of `keys` above it
-        (and, for a redispatch of the parent's call, below the parent's key)."""
-        rank = self._priority.get(key, 0)
-        continuing = parent is not None and parent.operator == operator
-        floor = self._priority.get(parent.key, -1) if continuing else -1
-        skipped = []
-        for candidate in keys:
-            candidate_rank = self._priority.get(candidate, 0)
-            if floor < candidate_rank < rank and self._kind(operator, candidate) == FALLTHROUGH:
-                skipped.append(candidate)
-        return sorted(skipped, key=lambda name: self._priority.get(name, 0))
+    def _is_fallthrough(self, operator: str, key: str) -> bool:
+        return self._kind(operator, key) == FALLTHROUGH
 
     def _record(self, operator: str, key: str, kind: str, provenance: str, original: Any, keyset: Any,
                 arguments: tuple, keyword_arguments: dict) -> Any:
@@ -451,7 +443,7 @@ class Tracer:
         hops = self.trace.hops
         depth = len(stack)
         parent_index = parent.index if parent is not None else None
-        for skipped_key in self._skipped_before(operator, key, keys, parent):
+        for skipped_key in _skipped_before(self._priority, self._is_fallthrough, operator, key, keys, parent):
             hops.append(Hop(len(hops), operator, skipped_key, FALLTHROUGH, keys, depth, parent_index,
                             time.perf_counter_ns(), phase=phase, skipped=True))
         hop = Hop(len(hops), operator, key, kind, keys, depth, parent_index, time.perf_counter_ns(), phase=phase,

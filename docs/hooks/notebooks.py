@@ -1,6 +1,7 @@
 """mkdocs hooks: execute the notebooks for the site, check what they produced, self-host plotly.js.
 
-Before the build, every notebook in notebooks/ is executed in a fresh kernel (with a
+Before the build, every notebook in notebooks/ is executed in a fresh kernel (forked from a
+template that has imported torch, see pu1_explorer.forked_kernel; with a
 time limit per cell) into docs/notebooks/, in static mode (EXPLORER_STATIC=1) so that
 widgets leave kernel-free HTML. The build fails on a cell error, on a warning that a
 cell did not declare (tag `warnings-expected`), and on an output the HTML page would
@@ -82,6 +83,8 @@ def execute(source: Path) -> tuple[str, float, list[str]]:
     from nbclient.exceptions import CellExecutionError
     from traitlets.config import Config
 
+    from pu1_explorer.forked_kernel import ForkedKernelManager
+
     started = time.perf_counter()
     target = EXECUTED / source.name
     cached = CACHE / f"{source.stem}-{_fingerprint(source)}.ipynb"
@@ -96,7 +99,8 @@ def execute(source: Path) -> tuple[str, float, list[str]]:
     config.KernelManager.ip = os.path.join(tempfile.mkdtemp(prefix="pu1-kernel-"), "kernel")
     CACHE.mkdir(parents=True, exist_ok=True)
     client = NotebookClient(notebook, timeout=CELL_TIMEOUT, kernel_name="python3", allow_errors=False,
-                            resources={"metadata": {"path": str(SOURCE)}}, config=config)
+                            resources={"metadata": {"path": str(SOURCE)}}, config=config,
+                            kernel_manager_class=ForkedKernelManager)  # a fresh kernel, forked: see its module
     try:
         client.execute(env=environment)
     except CellExecutionError as error:

@@ -44,7 +44,8 @@ def test_exit_codes_signals_and_tracebacks_are_reported_as_for_a_process_of_its_
                           timeout=60).returncode == -signal.SIGSEGV
     failed = forkserver.run(["-c", "1 / 0"], ENV, timeout=60)
     assert failed.returncode == 1
-    assert failed.stderr.splitlines()[1:] == ['  File "<string>", line 1, in <module>', "ZeroDivisionError: division by zero"]
+    assert failed.stderr.splitlines()[1:] == ['  File "<string>", line 1, in <module>',
+                                              "ZeroDivisionError: division by zero"]
     # the template is untouched by what its children did
     assert forkserver.run(["-c", "print('still here')"], ENV, timeout=60).stdout == "still here\n"
 
@@ -61,11 +62,59 @@ def test_a_child_that_outlives_its_time_is_killed_with_its_process_group(tmp_pat
     assert not alive(int(pid_file.read_text()))
 
 
+def test_a_module_runs_as_python_m_would_in_the_folder_and_environment_of_the_request(tmp_path):
+    (tmp_path / "probe_module.py").write_text("import os, sys\nprint(__name__, sys.argv, sys.path[0], os.getcwd(), "
+                                              "os.environ.get('PU1_MARK'))\n")
+    with open(tmp_path / "out", "w+b") as out:
+        process = forkserver.fork_server(ENV).start(["-m", "probe_module", "x"], out.fileno(), out.fileno(),
+                                                    cwd=str(tmp_path), env=dict(ENV, PU1_MARK="request"))
+        assert process.wait(timeout=60) == 0
+        out.seek(0)
+        printed = out.read().decode()
+    assert printed.split() == ["__main__", f"[{str(tmp_path / 'probe_module.py')!r},", "'x']", str(tmp_path),
+                               str(tmp_path), "request"]
+
+
+def test_a_template_imports_what_it_is_asked_to_preload_and_nothing_more():
+    program = "import sys; print('xml.dom.minidom' in sys.modules)"
+    assert forkserver.run(["-c", program], ENV, timeout=60).stdout == "False\n"
+    server = forkserver.fork_server(ENV, preload=("xml.dom.minidom",))
+    assert server is not forkserver.fork_server(ENV)
+    with open(os.devnull, "wb") as null, __import__("tempfile").TemporaryFile("w+b") as out:
+        assert server.start(["-c", program], out.fileno(), null.fileno()).wait(timeout=60) == 0
+        out.seek(0)
+        assert out.read() == b"True\n"
+
+
+def test_a_child_whose_caller_died_is_killed(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    caller = (f"import os, time\nfrom pu1_explorer import forkserver\n"
+              f"child = forkserver.fork_server(dict(os.environ)).start(['-c', 'import time; time.sleep(600)'], 1, 2)\n"
+              f"open({str(pid_file)!r}, 'w').write(str(child.pid))\ntime.sleep(600)\n")
+    process = subprocess.Popen([sys.executable, "-c", caller], env=ENV)
+    try:
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() or not pid_file.read_text():
+            assert time.monotonic() < deadline and process.poll() is None, "the caller never started its child"
+            time.sleep(0.1)
+        child = int(pid_file.read_text())
+        assert alive(child)
+    finally:
+        process.kill()
+        process.wait()
+    deadline = time.monotonic() + 10
+    while alive(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(child)
+
+
 def test_a_bad_command_line_is_one_clear_error_before_anything_runs():
-    with pytest.raises(ValueError, match=r"argv must be \['-c', code, \.\.\.\] or \[script, \.\.\.\]"):
+    with pytest.raises(ValueError, match=r"argv must be \['-c', code, \.\.\.\], \['-m', module, \.\.\.\] or "
+                                         r"\[script, \.\.\.\], not \[\]"):
         forkserver.run([], ENV, timeout=60)
-    with pytest.raises(ValueError, match="argv must be"):
-        forkserver.run(["-c"], ENV, timeout=60)
+    for incomplete in (["-c"], ["-m"]):
+        with pytest.raises(ValueError, match="argv must be"):
+            forkserver.run(incomplete, ENV, timeout=60)
 
 
 def test_a_template_that_cannot_start_says_why_in_one_line(tmp_path):

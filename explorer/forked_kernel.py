@@ -1,0 +1,49 @@
+"""Jupyter kernels forked from a template that has already imported torch, ipykernel, plotly and the widgets.
+
+A fresh kernel spends about 2.5 s starting Python and importing torch before a notebook's first cell
+runs; the docs build starts one per notebook. `ForkedKernelManager` (nbclient's `kernel_manager_class`)
+forks each IPython kernel from a `ForkServer` instead, so the notebook still runs in a process of its
+own, with its own environment and backends loaded as `import torch` would load them.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from typing import Any
+
+from jupyter_client.connect import KernelConnectionInfo
+from jupyter_client.manager import AsyncKernelManager
+from jupyter_client.provisioning import LocalProvisioner
+
+from pu1_explorer.forkserver import fork_server
+
+# not ipykernel.kernelapp itself: its options read their defaults from the environment when it is imported
+PRELOAD = ("ipykernel.ipkernel", "plotly.graph_objects", "pu1_explorer.widgets", "torch.distributed.tensor")
+
+
+class ForkedKernelProvisioner(LocalProvisioner):
+    """Launches `python -m ipykernel_launcher ...` as a forked child; any other kernel command as usual."""
+
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
+        if cmd[:3] != [sys.executable, "-m", "ipykernel_launcher"]:
+            return await super().launch_kernel(cmd, **kwargs)
+        env = dict(kwargs.get("env") or os.environ, JPY_PARENT_PID=str(os.getpid()))
+        # the JPY_* variables differ per kernel and are read only once the kernel runs
+        template_env = {name: value for name, value in env.items() if not name.startswith("JPY_")}
+        self.process = fork_server(template_env, PRELOAD).start(cmd[1:], sys.stdout.fileno(), sys.stderr.fileno(),
+                                                               cwd=kwargs.get("cwd"), env=env)
+        self.pid = self.pgid = self.process.pid  # the child calls setsid: its group is its own
+        self.cwd = kwargs.get("cwd") or os.getcwd()
+        return self.connection_info
+
+
+class ForkedKernelManager(AsyncKernelManager):
+    """An `AsyncKernelManager` whose IPython kernels are forked from a template (see the module's docstring)."""
+
+    async def _async_pre_start_kernel(self, **kw: Any) -> tuple[list[str], dict[str, Any]]:
+        if self.provisioner is None:
+            self.kernel_id = self.kernel_id or kw.pop("kernel_id", None) or str(uuid.uuid4())
+            self.provisioner = ForkedKernelProvisioner(kernel_id=self.kernel_id, kernel_spec=self.kernel_spec,
+                                                       parent=self)
+        return await super()._async_pre_start_kernel(**kw)

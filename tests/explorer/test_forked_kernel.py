@@ -1,0 +1,47 @@
+"""Jupyter kernels forked from a template: a notebook runs in a kernel of its own that has torch imported already."""
+import os
+import tempfile
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+from nbclient.exceptions import DeadKernelError
+from traitlets.config import Config
+
+from pu1_explorer.forked_kernel import ForkedKernelManager
+
+from .test_scorecard import alive
+
+
+def _execute(*cells: str) -> nbformat.NotebookNode:
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell) for cell in cells])
+    config = Config()
+    config.KernelManager.transport = "ipc"
+    config.KernelManager.ip = os.path.join(tempfile.mkdtemp(prefix="pu1-kernel-"), "kernel")
+    NotebookClient(notebook, timeout=120, kernel_name="python3", kernel_manager_class=ForkedKernelManager,
+                   config=config).execute(env=dict(os.environ, SIM_FALLBACK="silent", PU1_MARK="kernel"))
+    return notebook
+
+
+def _printed(cell: nbformat.NotebookNode) -> str:
+    return "".join(output.get("text", "") for output in cell.outputs if output.output_type == "stream")
+
+
+def test_a_notebook_runs_in_a_forked_kernel_with_its_environment_and_backends():
+    notebook = _execute("import sys; print('torch' in sys.modules, 'torch_sim' in sys.modules)",
+                        "import os, torch\n"
+                        "print(os.environ['PU1_MARK'], torch.ones(2, device='sim').device, os.getpid())",
+                        "x = 41\nx + 1")
+    # torch came from the template before the first cell; sim loaded after the fork, as `import torch` loads it
+    assert _printed(notebook.cells[0]).split() == ["True", "True"]
+    mark, device, pid = _printed(notebook.cells[1]).split()
+    assert (mark, device) == ("kernel", "sim:0")
+    assert notebook.cells[2].outputs[0]["data"]["text/plain"] == "42"
+    assert int(pid) != os.getpid() and not alive(int(pid))  # its own process, gone after the notebook
+
+
+def test_a_kernel_that_dies_is_reported_and_leaves_nothing_running(tmp_path):
+    pid_file = tmp_path / "kernel.pid"
+    with pytest.raises(DeadKernelError):
+        _execute(f"import os; open({str(pid_file)!r}, 'w').write(str(os.getpid()))", "os._exit(3)")
+    assert not alive(int(pid_file.read_text()))

@@ -98,10 +98,11 @@ class ForkServer:
         listener.listen(64)
         self._log = tempfile.TemporaryFile("w+b")
         template_env = dict(self.env, **{_AUTOLOAD: "0"})
+        # In a session of its own: a Jupyter kernel ending waits for the processes of its group to end, and would
+        # wait for this one until killed. The template ends by itself once its parent is gone.
         self._process = subprocess.Popen([sys.executable, __file__, str(listener.fileno()), *self.preload],
-                                         env=template_env,
-                                         pass_fds=[listener.fileno()], stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.DEVNULL, stderr=self._log)
+                                         env=template_env, pass_fds=[listener.fileno()], start_new_session=True,
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._log)
         listener.close()
         atexit.register(self.close)
 
@@ -228,6 +229,12 @@ def _run_child(request: dict) -> None:
         # from the program's own frames on, as `python` would print it
         traceback.print_exception(type(error), error, error.__traceback__.tb_next)
         code = 1
+    # then end as `python` ends: wait for the program's non-daemon threads and run its exit handlers
+    import atexit
+    import threading
+
+    threading._shutdown()
+    atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -50,6 +50,17 @@ def test_exit_codes_signals_and_tracebacks_are_reported_as_for_a_process_of_its_
     assert forkserver.run(["-c", "print('still here')"], ENV, timeout=60).stdout == "still here\n"
 
 
+def test_a_child_ends_as_python_ends_threads_finished_and_exit_handlers_run():
+    program = ("import atexit, threading, time\natexit.register(print, 'exit handler', flush=True)\n"
+               "threading.Thread(target=lambda: (time.sleep(0.3), print('thread', flush=True))).start()\n"
+               "print('main', flush=True)\n")
+    python = subprocess.run([sys.executable, "-c", program], env=ENV, capture_output=True, text=True, timeout=60)
+    forked = forkserver.run(["-c", program], ENV, timeout=60)
+    assert forked.stdout == python.stdout == "main\nthread\nexit handler\n"
+    exited = forkserver.run(["-c", "import atexit, sys\natexit.register(print, 'ending')\nsys.exit(4)"], ENV, timeout=60)
+    assert (exited.returncode, exited.stdout) == (4, "ending\n")
+
+
 def test_a_child_that_outlives_its_time_is_killed_with_its_process_group(tmp_path):
     pid_file = tmp_path / "grandchild.pid"
     program = (f"import subprocess, time\nchild = subprocess.Popen(['sleep', '600'])\n"

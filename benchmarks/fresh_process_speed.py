@@ -11,15 +11,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
 import nbformat
 from nbclient import NotebookClient
 from timing import median_seconds
-from traitlets.config import Config
 from pu1_explorer import forkserver
-from pu1_explorer.forked_kernel import ForkedKernelManager
+from pu1_explorer.forked_kernel import ForkedKernelManager, local_sockets
 from pu1_explorer.scorecard import scorecard
 
 PROGRAM = "import torch; torch.ones(2, device='sim')"
@@ -30,10 +28,8 @@ def execute_notebook(env: dict[str, str], forked: bool) -> None:
     """A one-cell notebook (the first cell of the site's pages) executed in a fresh kernel."""
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(NOTEBOOK_CELL)])
     options = {"kernel_manager_class": ForkedKernelManager} if forked else {}
-    config = Config()
-    config.KernelManager.transport = "ipc"  # as the docs build: local sockets, not TCP
-    config.KernelManager.ip = os.path.join(tempfile.mkdtemp(prefix="pu1-kernel-"), "kernel")
-    NotebookClient(notebook, timeout=120, kernel_name="python3", config=config, **options).execute(env=env)
+    with local_sockets() as config:  # as the docs build: local sockets, not TCP
+        NotebookClient(notebook, timeout=120, kernel_name="python3", config=config, **options).execute(env=env)
 
 
 def main() -> int:

@@ -7,14 +7,18 @@ own, with its own environment and backends loaded as `import torch` would load t
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import tempfile
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning import LocalProvisioner
+from traitlets.config import Config
 
 from pu1_explorer.forkserver import fork_server
 
@@ -47,3 +51,14 @@ class ForkedKernelManager(AsyncKernelManager):
             self.provisioner = ForkedKernelProvisioner(kernel_id=self.kernel_id, kernel_spec=self.kernel_spec,
                                                        parent=self)
         return await super()._async_pre_start_kernel(**kw)
+
+
+@contextlib.contextmanager
+def local_sockets() -> Iterator[Config]:
+    """A Jupyter client configuration whose kernel talks over local (IPC) sockets, not TCP, in a temporary
+    folder of its own that is removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="pu1-kernel-") as folder:
+        config = Config()
+        config.KernelManager.transport = "ipc"
+        config.KernelManager.ip = os.path.join(folder, "kernel")
+        yield config

@@ -18,7 +18,6 @@ import os
 import posixpath
 import re
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -81,9 +80,8 @@ def execute(source: Path) -> tuple[str, float, list[str]]:
     """Execute one notebook into docs/notebooks (or reuse an identical earlier run); returns its problems."""
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
-    from traitlets.config import Config
 
-    from pu1_explorer.forked_kernel import ForkedKernelManager
+    from pu1_explorer.forked_kernel import ForkedKernelManager, local_sockets
 
     started = time.perf_counter()
     target = EXECUTED / source.name
@@ -93,21 +91,19 @@ def execute(source: Path) -> tuple[str, float, list[str]]:
         return source.name, 0.0, check_outputs(source.name, nbformat.read(cached, as_version=4))
     notebook = nbformat.read(source, as_version=4)
     environment = dict(os.environ, EXPLORER_STATIC="1", SIM_FALLBACK="silent", PYTHONWARNINGS="default")
-    # the kernel talks to the build over local sockets (IPC), not TCP, in a folder of its own
-    config = Config()
-    config.KernelManager.transport = "ipc"
-    config.KernelManager.ip = os.path.join(tempfile.mkdtemp(prefix="pu1-kernel-"), "kernel")
     CACHE.mkdir(parents=True, exist_ok=True)
-    client = NotebookClient(notebook, timeout=CELL_TIMEOUT, kernel_name="python3", allow_errors=False,
-                            resources={"metadata": {"path": str(SOURCE)}}, config=config,
-                            kernel_manager_class=ForkedKernelManager)  # a fresh kernel, forked: see its module
-    try:
-        client.execute(env=environment)
-    except CellExecutionError as error:
-        summary = str(error).strip().splitlines()
-        return source.name, time.perf_counter() - started, [f"{source.name}: a cell failed: {summary[-1] if summary else error}"]
-    except Exception as error:  # a timeout or a dead kernel
-        return source.name, time.perf_counter() - started, [f"{source.name}: {type(error).__name__}: {error}"]
+    with local_sockets() as config:  # the kernel talks to the build over local sockets, not TCP
+        client = NotebookClient(notebook, timeout=CELL_TIMEOUT, kernel_name="python3", allow_errors=False,
+                                resources={"metadata": {"path": str(SOURCE)}}, config=config,
+                                kernel_manager_class=ForkedKernelManager)  # a fresh kernel, forked: see its module
+        try:
+            client.execute(env=environment)
+        except CellExecutionError as error:
+            summary = str(error).strip().splitlines()
+            failure = f"{source.name}: a cell failed: {summary[-1] if summary else error}"
+            return source.name, time.perf_counter() - started, [failure]
+        except Exception as error:  # a timeout or a dead kernel
+            return source.name, time.perf_counter() - started, [f"{source.name}: {type(error).__name__}: {error}"]
     # Widgets display as HTML in static mode; their model state is of no use to the page, and
     # with it the page would load the widget manager from the network.
     notebook.metadata.pop("widgets", None)

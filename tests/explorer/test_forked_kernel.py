@@ -1,25 +1,21 @@
 """Jupyter kernels forked from a template: a notebook runs in a kernel of its own that has torch imported already."""
 import os
-import tempfile
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
-from traitlets.config import Config
 
-from pu1_explorer.forked_kernel import ForkedKernelManager, ForkedKernelProvisioner
+from pu1_explorer.forked_kernel import ForkedKernelManager, ForkedKernelProvisioner, local_sockets
 
 from .test_scorecard import alive
 
 
 def _execute(*cells: str) -> nbformat.NotebookNode:
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell) for cell in cells])
-    config = Config()
-    config.KernelManager.transport = "ipc"
-    config.KernelManager.ip = os.path.join(tempfile.mkdtemp(prefix="pu1-kernel-"), "kernel")
-    NotebookClient(notebook, timeout=120, kernel_name="python3", kernel_manager_class=ForkedKernelManager,
-                   config=config).execute(env=dict(os.environ, SIM_FALLBACK="silent", PU1_MARK="kernel"))
+    with local_sockets() as config:
+        NotebookClient(notebook, timeout=120, kernel_name="python3", kernel_manager_class=ForkedKernelManager,
+                       config=config).execute(env=dict(os.environ, SIM_FALLBACK="silent", PU1_MARK="kernel"))
     return notebook
 
 

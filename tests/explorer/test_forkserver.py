@@ -57,7 +57,8 @@ def test_a_child_ends_as_python_ends_threads_finished_and_exit_handlers_run():
     python = subprocess.run([sys.executable, "-c", program], env=ENV, capture_output=True, text=True, timeout=60)
     forked = forkserver.run(["-c", program], ENV, timeout=60)
     assert forked.stdout == python.stdout == "main\nthread\nexit handler\n"
-    exited = forkserver.run(["-c", "import atexit, sys\natexit.register(print, 'ending')\nsys.exit(4)"], ENV, timeout=60)
+    exited = forkserver.run(["-c", "import atexit, sys\natexit.register(print, 'ending')\nsys.exit(4)"], ENV,
+                            timeout=60)
     assert (exited.returncode, exited.stdout) == (4, "ending\n")
 
 

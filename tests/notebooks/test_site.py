@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 import urllib.error
 import urllib.parse
@@ -46,11 +47,22 @@ def site(tmp_path_factory) -> Path:
     folder, log = shared / "site", shared / "site-build.log"
     with FileLock(str(shared / "site.lock")):
         if not (folder / "index.html").is_file():
-            environment = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+            from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+            # the build's temporary files go to a folder of their own, which must be empty once it is done
+            scratch = shared / "site-build-tmp"
+            scratch.mkdir()
+            environment = dict(os.environ, NO_MKDOCS_2_WARNING="1", TMPDIR=str(scratch),
+                               TORCHINDUCTOR_CACHE_DIR=os.environ.get("TORCHINDUCTOR_CACHE_DIR", default_cache_dir()))
             build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(folder)],
                                    cwd=ROOT, capture_output=True, text=True, timeout=1800, env=environment)
             log.write_text(build.stderr)
             assert build.returncode == 0, build.stderr[-3000:]
+            # inductor keeps its precompiled headers in the temporary folder whatever its cache folder is
+            inductor = Path(default_cache_dir().replace(tempfile.gettempdir(), str(scratch), 1))
+            left = sorted(str(path.relative_to(scratch)) for path in scratch.rglob("*")
+                          if path != inductor and inductor not in path.parents)
+            assert not left, f"the build left temporary files behind: {', '.join(left)}"
     assert "without encryption" not in log.read_text(), "a notebook kernel talked to the build over TCP"
     return folder
 

@@ -1,5 +1,6 @@
-"""The docs site built from scratch: every notebook executed, with an empty notebook cache and a cold
-inductor cache, then rendered by `mkdocs build --strict`.
+"""The docs site built from scratch: every notebook executed, with an empty notebook cache, a cold
+inductor cache and an empty temporary folder (where inductor keeps its precompiled header), then
+rendered by `mkdocs build --strict`.
 
 "From scratch" starts after `make setup`, which compiles sim, the explorer's native tracer and
 the toy backend (the scorecard page reuses that build). Prints the total and each notebook's
@@ -28,8 +29,9 @@ def machine_cpu_seconds() -> float:
 
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="pu1-site-build-") as folder:
+        os.mkdir(os.path.join(folder, "tmp"))
         env = dict(os.environ, NO_MKDOCS_2_WARNING="1", DOCS_NOTEBOOK_CACHE=os.path.join(folder, "notebooks"),
-                   TORCHINDUCTOR_CACHE_DIR=os.path.join(folder, "inductor"))
+                   TORCHINDUCTOR_CACHE_DIR=os.path.join(folder, "inductor"), TMPDIR=os.path.join(folder, "tmp"))
         load_before = os.getloadavg()[0]
         cpu_before = machine_cpu_seconds()
         started = time.perf_counter()

@@ -3,7 +3,9 @@
 A fresh kernel spends about 2.5 s starting Python and importing torch before a notebook's first cell
 runs; the docs build starts one per notebook. `ForkedKernelManager` (nbclient's `kernel_manager_class`)
 forks each IPython kernel from a `ForkServer` instead, so the notebook still runs in a process of its
-own, with its own environment and backends loaded as `import torch` would load them.
+own, with its own environment and backends loaded as `import torch` would load them. The kernel is told of
+its template (`PU1_FORK_SERVER`), so the fresh processes it starts in turn (the guide's checks, the
+scorecard's probes) fork from it too, instead of starting a template of their own.
 """
 from __future__ import annotations
 
@@ -20,10 +22,11 @@ from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning import LocalProvisioner
 from traitlets.config import Config
 
-from pu1_explorer.forkserver import fork_server
+from pu1_explorer.forkserver import ADVERTISED, fork_server
 
 # not ipykernel.kernelapp itself: its options read their defaults from the environment when it is imported
-PRELOAD = ("ipykernel.ipkernel", "plotly.graph_objects", "pu1_explorer.widgets", "torch.distributed.tensor")
+PRELOAD = ("ipykernel.ipkernel", "plotly.graph_objects", "pu1_explorer.widgets", "torch.distributed.tensor",
+           "torch._inductor.compile_fx")
 
 
 class ForkedKernelProvisioner(LocalProvisioner):
@@ -35,8 +38,9 @@ class ForkedKernelProvisioner(LocalProvisioner):
         env = dict(kwargs.get("env") or os.environ, JPY_PARENT_PID=str(os.getpid()))
         # the JPY_* variables differ per kernel and are read only once the kernel runs
         template_env = {name: value for name, value in env.items() if not name.startswith("JPY_")}
-        self.process = fork_server(template_env, PRELOAD).start(cmd[1:], sys.stdout.fileno(), sys.stderr.fileno(),
-                                                               cwd=kwargs.get("cwd"), env=env)
+        server = fork_server(template_env, PRELOAD)
+        env[ADVERTISED] = server.advertisement()  # the kernel's own fresh processes fork from the same template
+        self.process = server.start(cmd[1:], sys.stdout.fileno(), sys.stderr.fileno(), cwd=kwargs.get("cwd"), env=env)
         self.pid = self.pgid = self.process.pid  # the child calls setsid: its group is its own
         self.cwd = kwargs.get("cwd") or os.getcwd()
         return self.connection_info

@@ -9,6 +9,12 @@ and runs the program as `python -c CODE`, `python -m MODULE ARGS` or `python SCR
 A crash or a hang costs only that child, and a child whose caller is gone is killed. A template can
 import more modules up front (`preload`); the docs build forks its Jupyter kernels from one
 (`pu1_explorer.forked_kernel`). Run as a script, this file is the server.
+
+A template serves every request whose environment agrees with its own on what starting Python and
+importing torch read (`startup_environment`): the rest (the autoload switch, warning filters and the
+fault handler, which the child re-applies, and variables read only once a program runs) may differ. A
+process told of a running template through `PU1_FORK_SERVER` (a forked Jupyter kernel is told of its
+own) forks from it instead of starting one.
 """
 from __future__ import annotations
 
@@ -24,6 +30,23 @@ import threading
 from collections.abc import Sequence
 
 _AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+ADVERTISED = "PU1_FORK_SERVER"  # a running template this process may fork from: {"address", "key", "preload"}
+# Variables a template does not depend on: the child re-applies the first three (no backend loads in a template;
+# warning filters and the fault handler are set again), the rest are read only once a program runs (those ipykernel
+# sets in a running kernel, Jupyter's per-kernel ones, sim's and the explorer's own).
+_CHILD_ONLY = {_AUTOLOAD, "PYTHONWARNINGS", "PYTHONFAULTHANDLER", "TERM", "CLICOLOR", "CLICOLOR_FORCE", "FORCE_COLOR",
+               "PAGER", "GIT_PAGER", "MPLBACKEND", "PYDEVD_USE_FRAME_EVAL"}
+_CHILD_ONLY_PREFIXES = ("JPY_", "SIM_", "PU1_")
+
+
+def startup_environment(env: dict[str, str]) -> dict[str, str]:
+    """The part of `env` a template depends on: every variable but those a child re-applies or reads later."""
+    return {name: value for name, value in env.items()
+            if name not in _CHILD_ONLY and not name.startswith(_CHILD_ONLY_PREFIXES)}
+
+
+def _key(env: dict[str, str], preload: Sequence[str]) -> str:
+    return json.dumps([sorted(startup_environment(env).items()), sorted(preload)])
 
 
 class ForkedProcess:
@@ -88,16 +111,22 @@ class ForkServer:
     `env` is the environment the template starts in, which decides what starting Python and importing
     torch read (`PYTHONPATH`, `PYTHONWARNINGS`, `TORCH_*`); children get it unless a request gives its own."""
 
-    def __init__(self, env: dict[str, str], preload: Sequence[str] = ()) -> None:
+    def __init__(self, env: dict[str, str], preload: Sequence[str] = (), address: str | None = None) -> None:
         self.env = dict(env)
         self.preload = tuple(preload)
+        self._process: subprocess.Popen | None = None
+        if address is not None:  # a template someone else started and keeps: see `advertisement`
+            self.address = address
+            return
         self._folder = tempfile.mkdtemp(prefix="pu1-forkserver-")
         self.address = os.path.join(self._folder, "socket")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(self.address)
         listener.listen(64)
         self._log = tempfile.TemporaryFile("w+b")
-        template_env = dict(self.env, **{_AUTOLOAD: "0"})
+        # warning filters come from the request in each child, placed as start-up would place them
+        template_env = {name: value for name, value in self.env.items() if name != "PYTHONWARNINGS"}
+        template_env[_AUTOLOAD] = "0"
         # In a session of its own: a Jupyter kernel ending waits for the processes of its group to end, and would
         # wait for this one until killed. The template ends by itself once its parent is gone.
         self._process = subprocess.Popen([sys.executable, __file__, str(listener.fileno()), *self.preload],
@@ -135,7 +164,17 @@ class ForkServer:
         pid, rest = answer.split(b"\n", 1)  # the exit status may have come with the pid
         return ForkedProcess(connection, int(pid), rest)
 
+    def advertisement(self) -> str:
+        """What a process's `PU1_FORK_SERVER` variable holds so that it forks from this template too."""
+        return json.dumps({"address": self.address, "key": _key(self.env, ()), "preload": list(self.preload)})
+
+    @property
+    def running(self) -> bool:
+        return self._process is None or self._process.poll() is None
+
     def _log_tail(self) -> str:
+        if self._process is None:
+            return f"the template at {self.address} is gone"
         try:
             self._process.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -145,6 +184,8 @@ class ForkServer:
         return lines[-1] if lines else f"it exited with code {self._process.poll()}"
 
     def close(self) -> None:
+        if self._process is None:  # not ours to end
+            return
         if self._process.poll() is None:
             self._process.kill()
             self._process.wait()
@@ -158,25 +199,37 @@ _SERVERS_LOCK = threading.Lock()
 MAX_SERVERS = 3  # each holds a process with torch imported (about 300 MB); running children do not need it
 
 
+def _advertised(env: dict[str, str], preload: Sequence[str]) -> ForkServer | None:
+    """The template named by `PU1_FORK_SERVER`, if it suits `env` and has imported at least `preload`."""
+    try:
+        advertised = json.loads(os.environ.get(ADVERTISED, ""))
+    except ValueError:
+        return None
+    if advertised.get("key") != _key(env, ()) or not set(preload) <= set(advertised.get("preload", ())):
+        return None
+    return ForkServer(env, advertised["preload"], address=advertised["address"])
+
+
 def fork_server(env: dict[str, str], preload: Sequence[str] = ()) -> ForkServer:
-    """The fork server of this environment and preload: started on first use, kept while it is among the last
-    used."""
-    key = json.dumps([sorted(env.items()), list(preload)])
+    """The fork server for this environment and preload: the advertised one (`PU1_FORK_SERVER`) if it suits, else
+    one started on first use and kept while it is among the last used."""
+    key = _key(env, preload)
     with _SERVERS_LOCK:
         server = _SERVERS.pop(key, None)
-        if server is None or server._process.poll() is not None:
-            server = ForkServer(env, preload)
+        if server is None or not server.running:
+            server = _advertised(env, preload) or ForkServer(env, preload)
         _SERVERS[key] = server
         while len(_SERVERS) > MAX_SERVERS:
             _SERVERS.pop(next(iter(_SERVERS))).close()
         return server
 
 
-def run(argv: Sequence[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-    """`subprocess.run([python, *argv], env=env, capture_output=True, text=True, timeout=timeout)`, forked: the
-    child's process group is killed and TimeoutExpired raised when it outlives `timeout`."""
+def run(argv: Sequence[str], env: dict[str, str], timeout: float, cwd: str | None = None
+        ) -> subprocess.CompletedProcess:
+    """`subprocess.run([python, *argv], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)`, forked:
+    the child's process group is killed and TimeoutExpired raised when it outlives `timeout`."""
     with tempfile.TemporaryFile("w+b") as stdout, tempfile.TemporaryFile("w+b") as stderr:
-        process = fork_server(env).start(argv, stdout.fileno(), stderr.fileno())
+        process = fork_server(env).start(argv, stdout.fileno(), stderr.fileno(), cwd=cwd, env=env)
         try:
             returncode = process.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -187,6 +240,28 @@ def run(argv: Sequence[str], env: dict[str, str], timeout: float) -> subprocess.
             stream.seek(0)
             outputs.append(stream.read().decode("utf-8", "replace"))
     return subprocess.CompletedProcess([sys.executable, *argv], returncode, *outputs)
+
+
+_DEFAULT_FILTERS = 0  # how many warning filters the interpreter starts with (set when the template starts)
+
+
+def _apply_startup_variables() -> None:
+    """Set the warning filters and the fault handler from this child's environment, as Python's start-up does."""
+    import faulthandler
+    import warnings
+
+    filters = warnings.filters
+    added, defaults = filters[:len(filters) - _DEFAULT_FILTERS], filters[len(filters) - _DEFAULT_FILTERS:]
+    options = [option for option in os.environ.get("PYTHONWARNINGS", "").split(",") if option]
+    filters[:] = defaults
+    sys.warnoptions[:] = options
+    warnings._processoptions(options)  # in front of the defaults, behind what imports added since, as at start-up
+    filters[:0] = added
+    (getattr(warnings, "_filters_mutated", None) or warnings._filters_mutated_lock_held)()
+    if os.environ.get("PYTHONFAULTHANDLER"):
+        faulthandler.enable()
+    else:
+        faulthandler.disable()
 
 
 def _run_child(request: dict) -> None:
@@ -200,6 +275,7 @@ def _run_child(request: dict) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
+    _apply_startup_variables()
     code = 0
     try:
         if torch._is_device_backend_autoload_enabled():
@@ -270,7 +346,10 @@ def _wait_unless_abandoned(pid: int, connection: socket.socket) -> int:
 def _serve(listener: socket.socket, preload: Sequence[str]) -> None:
     """Accept requests until the parent is gone; each one: fork a watcher that forks the child and reports."""
     import importlib
+    import warnings
 
+    global _DEFAULT_FILTERS
+    _DEFAULT_FILTERS = len(warnings.filters)
     import torch  # noqa: F401  (the point of the template)
 
     for module in preload:

@@ -75,7 +75,9 @@ QUICK_ERROR_OPS: tuple[str, ...] = (
     "nn.functional.avg_pool2d",
 )
 QUICK_SAMPLES = 8  # sample inputs per operator in the quick sweeps (all of them in the full sweeps)
-SWEEP_CHUNK = 60  # (sweep, operator) pairs per process; the two sweeps share processes
+# (sweep, operator) pairs per process; the two sweeps share processes. Each process imports op_db (2.7 s), so
+# the quick sweeps (99 pairs) take one process, beside which the probes run.
+SWEEP_CHUNK = 100
 # Outputs with no defined value to compare (random draws differ between generators, empty memory is garbage).
 _UNDEFINED_OUTPUT = ("rand", "bernoulli", "dropout", "multinomial", "normal", "uniform", "exponential", "geometric",
                      "cauchy", "log_normal", "empty", "poisson")
@@ -1193,7 +1195,7 @@ def scorecard(device: str, imports: Sequence[str] = (), timeout: float = 60.0, j
     swept_ops = {name: list(ops) if ops is not None else sweep_ops(sweeps[name], mode) for name in wanted_sweeps}
     for op in dict.fromkeys(op for name in wanted_sweeps for op in swept_ops[name]):
         work += [(sweeps[name], op) for name in wanted_sweeps if op in swept_ops[name]]
-    parts = max(jobs, -(-len(work) // SWEEP_CHUNK)) if work else 0
+    parts = -(-len(work) // SWEEP_CHUNK)
     chunks = [work[i * len(work) // parts:(i + 1) * len(work) // parts] for i in range(parts)]
     tasks: list[tuple[str, Callable[[], object]]] = [
         ("sweep", lambda chunk=chunk: _sweep_chunk(chunk, device, imports, environment, timeout, limit, stop))

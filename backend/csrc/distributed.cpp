@@ -86,6 +86,18 @@ class SimCollectives : public c10d::Backend {
   SimCollectives(c10::intrusive_ptr<c10d::Backend> host, int rank, int size)
       : Backend(rank, size), host_(std::move(host)) {}
 
+  // Gloo's destructor joins its worker threads, and a worker that frees a finished work takes the GIL (the
+  // work's saved thread-local state can hold Python objects). The last reference often goes with a Python
+  // object (DDP's reducer, collected after destroy_process_group): never wait for the workers holding the GIL.
+  ~SimCollectives() override {
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      pybind11::gil_scoped_release without_gil;
+      host_.reset();
+    } else {
+      host_.reset();
+    }
+  }
+
   const std::string getBackendName() const override { return kBackendName; }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,

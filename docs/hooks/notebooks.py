@@ -76,6 +76,16 @@ def check_outputs(name: str, notebook: nbformat.NotebookNode) -> list[str]:
     return problems
 
 
+def kernel_environment() -> dict[str, str]:
+    """The environment the notebooks (and the landing page's pictures) run in: widgets as static HTML, sim's
+    fallback quiet, warnings shown (the build fails on an undeclared one)."""
+    environment = dict(os.environ, EXPLORER_STATIC="1", SIM_FALLBACK="silent", PYTHONWARNINGS="default")
+    # Inductor trusts the CPU's flags instead of proving each vector instruction set anew in every process that
+    # compiles (a probe compiled, then loaded by a new Python that imports torch: about 7 s a process).
+    environment.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
+    return environment
+
+
 def execute(source: Path) -> tuple[str, float, list[str]]:
     """Execute one notebook into docs/notebooks (or reuse an identical earlier run); returns its problems."""
     from nbclient import NotebookClient
@@ -90,14 +100,13 @@ def execute(source: Path) -> tuple[str, float, list[str]]:
         shutil.copyfile(cached, target)
         return source.name, 0.0, check_outputs(source.name, nbformat.read(cached, as_version=4))
     notebook = nbformat.read(source, as_version=4)
-    environment = dict(os.environ, EXPLORER_STATIC="1", SIM_FALLBACK="silent", PYTHONWARNINGS="default")
     CACHE.mkdir(parents=True, exist_ok=True)
     with local_sockets() as config:  # the kernel talks to the build over local sockets, not TCP
         client = NotebookClient(notebook, timeout=CELL_TIMEOUT, kernel_name="python3", allow_errors=False,
                                 resources={"metadata": {"path": str(SOURCE)}}, config=config,
                                 kernel_manager_class=ForkedKernelManager)  # a fresh kernel, forked: see its module
         try:
-            client.execute(env=environment)
+            client.execute(env=kernel_environment())
         except CellExecutionError as error:
             summary = str(error).strip().splitlines()
             failure = f"{source.name}: a cell failed: {summary[-1] if summary else error}"
@@ -164,11 +173,18 @@ _at_a_glance = None
 
 
 def _start_at_a_glance():
-    import subprocess
-    import sys
+    """The landing page's program in a fresh process, forked from the notebooks' kernels' template; returns the
+    process and the files it writes its output and errors to."""
+    import tempfile
 
-    return subprocess.Popen([sys.executable, "-c", _AT_A_GLANCE_PROGRAM], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, SIM_FALLBACK="silent"))
+    from pu1_explorer.forked_kernel import PRELOAD
+    from pu1_explorer.forkserver import fork_server
+
+    stdout, stderr = tempfile.TemporaryFile("w+b"), tempfile.TemporaryFile("w+b")
+    environment = kernel_environment()
+    process = fork_server(environment, PRELOAD).start(["-c", _AT_A_GLANCE_PROGRAM], stdout.fileno(), stderr.fileno(),
+                                                      env=environment)
+    return process, stdout, stderr
 
 
 def at_a_glance_html() -> str:
@@ -178,11 +194,14 @@ def at_a_glance_html() -> str:
     import json
 
     global _at_a_glance
-    process, _at_a_glance = _at_a_glance or _start_at_a_glance(), None
-    stdout, stderr = process.communicate(timeout=300)
-    if process.returncode != 0:
-        raise PluginError(f"the landing page's pictures failed: {stderr.strip()[-2000:]}")
-    data = json.loads(stdout.strip().splitlines()[-1])
+    (process, stdout, stderr), _at_a_glance = _at_a_glance or _start_at_a_glance(), None
+    with stdout, stderr:
+        returncode = process.wait(timeout=300)
+        stdout.seek(0), stderr.seek(0)
+        output, errors = stdout.read().decode("utf-8", "replace"), stderr.read().decode("utf-8", "replace")
+    if returncode != 0:
+        raise PluginError(f"the landing page's pictures failed: {errors.strip()[-2000:]}")
+    data = json.loads(output.strip().splitlines()[-1])
     return (f"<p>What the dispatcher did for this code on <code>sim</code>, hop by hop (hover a marker; the buttons "
             f"hide fallthroughs or nested calls):</p>\n<pre><code>{html.escape(data['code'])}</code></pre>\n"
             f"<div class=\"figure-scroll\">{data['trace']}</div>\n"

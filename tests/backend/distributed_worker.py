@@ -101,6 +101,25 @@ def ddp(rank: int, world: int) -> dict:
             "gradient_devices": sorted({str(p.grad.device) for p in model.parameters()})}
 
 
+def ddp_collected_after_destroy(rank: int, world: int) -> dict:
+    """DDP's reducer keeps the process group (and simccl's Gloo backend) alive until Python collects the model, after
+    destroy_process_group, while holding the GIL: simccl must not wait for Gloo's workers then."""
+    import gc
+
+    import torch._inductor.codecache  # noqa: F401  (with it imported, a finished work's thread state holds Python objects)
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.sim.set_device(rank)
+    device = f"sim:{rank}"
+    wrapped = DistributedDataParallel(small_model().to(device), device_ids=[rank])
+    inputs, targets = training_batch()
+    train(wrapped, wrapped.parameters(), my_shard(inputs, rank, world, device), my_shard(targets, rank, world, device))
+    dist.destroy_process_group()
+    del wrapped
+    gc.collect()
+    return {"collected": True}
+
+
 def fsdp(rank: int, world: int) -> dict:
     from torch.distributed.fsdp import fully_shard
 
@@ -128,7 +147,8 @@ def dead_rank(rank: int, world: int) -> dict:
 
 
 SCENARIOS = {"collectives": (collectives, None), "ddp": (ddp, "simccl"), "fsdp": (fsdp, "simccl"),
-             "dead_rank": (dead_rank, None)}
+             "dead_rank": (dead_rank, None), "ddp_collected_after_destroy": (ddp_collected_after_destroy, "simccl")}
+DESTROYS_ITS_GROUP = ("dead_rank", "ddp_collected_after_destroy")
 
 
 def main() -> None:
@@ -138,7 +158,7 @@ def main() -> None:
     dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world, timeout=timeout)
     results = run(rank, world)
     print(json.dumps(results), flush=True)
-    if scenario != "dead_rank":
+    if scenario not in DESTROYS_ITS_GROUP:
         dist.destroy_process_group()
 
 

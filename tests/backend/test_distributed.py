@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -90,6 +91,30 @@ def test_ddp_on_two_sim_processes_matches_single_process_cpu_training():
     for trained, expected in zip(first["parameters"], reference):
         torch.testing.assert_close(torch.tensor(trained), torch.tensor(expected), rtol=1e-5, atol=1e-6)
     assert STEPS > 1
+
+
+def test_ranks_end_when_ddps_model_is_collected_after_the_group_is_destroyed():
+    # Ranks forked from a template that imported inductor (as the docs build's are) once hung in about half of the
+    # runs: the GIL held while simccl's Gloo backend joined a worker that needed it to free a finished work.
+    from pu1_explorer import forkserver
+
+    environment = dict(os.environ, SIM_TEST_PG_TIMEOUT="60", PYTHONWARNINGS="ignore")
+    server = forkserver.fork_server(environment, ("torch._inductor.codecache",))
+    for _ in range(4):
+        init_method = f"tcp://127.0.0.1:{free_port()}"
+        with tempfile.TemporaryFile("w+b") as out0, tempfile.TemporaryFile("w+b") as out1:
+            ranks = [server.start(["-m", "tests.backend.distributed_worker", "ddp_collected_after_destroy", str(rank),
+                                   "2", init_method], out.fileno(), out.fileno(), cwd=str(ROOT))
+                     for rank, out in enumerate((out0, out1))]
+            try:
+                codes = [rank.wait(timeout=90) for rank in ranks]
+            finally:
+                for rank in ranks:
+                    if rank.poll() is None:
+                        rank.kill_group()
+            outputs = [out.seek(0) or out.read().decode() for out in (out0, out1)]
+        assert codes == [0, 0], outputs
+        assert all('"collected": true' in output for output in outputs), outputs
 
 
 def test_fsdp2_fully_shard_on_sim_matches_single_process_cpu_training():

@@ -58,3 +58,17 @@ def test_a_kernel_that_used_the_fork_server_ends_when_asked(monkeypatch):
     _execute("import os\nfrom pu1_explorer import forkserver\n"
              "print(forkserver.run(['-c', 'print(6 * 7)'], dict(os.environ), timeout=60).stdout)")
     assert [kernel.returncode for kernel in kernels] == [0]
+
+
+def test_a_kernels_fresh_processes_fork_from_its_own_template():
+    # a guide check and a scorecard probe in the kernel start no template of their own: they use the kernel's
+    notebook = _execute("import os\nfrom pu1_explorer import forkserver, guide\n"
+                        "from pu1_explorer.scorecard import scorecard\n"
+                        "check = guide.check_step('operators')\n"
+                        "card = scorecard('sim', probes=['operators', 'generator'], opinfo='none', jobs=1)\n"
+                        "templates = list(forkserver._SERVERS.values())\n"
+                        "print(check.demonstrates_the_step, [probe.status for probe in card.probes],\n"
+                        "      [server.address == __import__('json').loads(os.environ['PU1_FORK_SERVER'])['address']\n"
+                        "       for server in templates], [server._process is None for server in templates])")
+    assert _printed(notebook.cells[0]).split() == ["True", "['passed',", "'passed']", "[True,", "True]",
+                                                   "[True,", "True]"]

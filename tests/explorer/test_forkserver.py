@@ -137,9 +137,39 @@ def test_a_template_that_cannot_start_says_why_in_one_line(tmp_path):
 
 
 def test_only_a_few_templates_are_kept():
-    for number in range(forkserver.MAX_SERVERS + 2):
-        forkserver.run(["-c", "pass"], dict(ENV, PU1_TEMPLATE=str(number)), timeout=60)
+    for number in range(forkserver.MAX_SERVERS + 2):  # a variable torch's import might read: a template each
+        forkserver.run(["-c", "pass"], dict(ENV, TEMPLATE_NUMBER=str(number)), timeout=60)
     assert len(forkserver._SERVERS) == forkserver.MAX_SERVERS
+
+
+@pytest.mark.parametrize("warnings", ["", "ignore", "error::DeprecationWarning,default::UserWarning"])
+def test_requests_that_differ_only_in_what_a_child_sets_again_share_a_template_and_match_a_fresh_python(warnings):
+    program = ("import faulthandler, os, sys, warnings, torch\n"
+               "print(os.environ['SIM_MARK'], faulthandler.is_enabled(), sys.warnoptions, warnings.filters)")
+    env = dict(ENV, PYTHONWARNINGS=warnings, PYTHONFAULTHANDLER="1" if warnings else "", SIM_MARK=warnings or "none",
+               TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    before = len(forkserver._SERVERS)
+    forked = forkserver.run(["-c", program], env, timeout=60)
+    fresh = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=60)
+    assert forked.returncode == fresh.returncode == 0, forked.stderr + fresh.stderr
+    assert forked.stdout == fresh.stdout
+    forkserver.run(["-c", "pass"], dict(env, PYTHONWARNINGS="always", JPY_SESSION_NAME="x", SIM_MARK="other"), 60)
+    assert len(forkserver._SERVERS) <= max(before, 1)
+
+
+def test_an_advertised_template_serves_requests_that_suit_it_and_only_those(monkeypatch):
+    own = forkserver.ForkServer(ENV)
+    try:
+        monkeypatch.setattr(forkserver, "_SERVERS", {})
+        monkeypatch.setenv(forkserver.ADVERTISED, own.advertisement())
+        assert forkserver.fork_server(dict(ENV, SIM_FALLBACK="error")).address == own.address
+        assert forkserver.run(["-c", "print(6 * 7)"], ENV, timeout=60).stdout == "42\n"
+        assert forkserver.fork_server(ENV, preload=("xml.dom.minidom",)).address != own.address  # not preloaded
+        assert forkserver.fork_server(dict(ENV, TEMPLATE_NUMBER="9")).address != own.address  # read at start-up
+    finally:
+        for server in forkserver._SERVERS.values():
+            server.close()
+        own.close()
 
 
 @pytest.mark.parametrize("step", ["guard", "operators", "generator", "amp"])

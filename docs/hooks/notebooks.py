@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+import json
 import logging
 import os
 import posixpath
 import re
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -44,11 +46,10 @@ _INPUTS = {"backend": (".py", ".cpp", ".h", ".json"), "explorer": (".py", ".cpp"
 
 def _fingerprint(notebook: Path) -> str:
     import platform
-
-    import torch
+    from importlib.metadata import version
 
     digest = hashlib.sha256(notebook.read_bytes())
-    digest.update(f"{torch.__version__} {platform.python_version()}".encode())
+    digest.update(f"{version('torch')} {platform.python_version()}".encode())
     digest.update(Path(__file__).read_bytes())
     for folder, suffixes in _INPUTS.items():
         for path in sorted((ROOT / folder).rglob("*")):
@@ -98,6 +99,7 @@ def execute(source: Path) -> tuple[str, float, list[str]]:
     cached = CACHE / f"{source.stem}-{_fingerprint(source)}.ipynb"
     if cached.exists():
         shutil.copyfile(cached, target)
+        prerender(target)
         return source.name, 0.0, check_outputs(source.name, nbformat.read(cached, as_version=4))
     notebook = nbformat.read(source, as_version=4)
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -120,7 +122,56 @@ def execute(source: Path) -> tuple[str, float, list[str]]:
     for stale in CACHE.glob(f"{source.stem}-*.ipynb"):
         stale.unlink()
     shutil.copyfile(target, cached)
+    prerender(target)
     return source.name, time.perf_counter() - started, check_outputs(source.name, notebook)
+
+
+_jupyter_plugin = None  # mkdocs-jupyter, as configured for this build
+_RENDERING = threading.Lock()  # mkdocs-jupyter's converter counts cells in a module-level variable
+
+
+def on_config(config, **kwargs):
+    """mkdocs-jupyter keeps the pages it renders in a cache of its own, keyed by the executed notebook's bytes and its
+    options: put it beside the executed notebooks, so that `prerender` can fill it."""
+    global _jupyter_plugin
+    _jupyter_plugin = config.plugins["mkdocs-jupyter"]
+    _jupyter_plugin.config["cache"] = True
+    _jupyter_plugin.config["cache_dir"] = str(CACHE / "rendered")
+    return config
+
+
+def prerender(notebook: Path) -> None:
+    """Render an executed notebook's page into mkdocs-jupyter's cache as soon as it is executed, beside the notebooks
+    still running, so that mkdocs's page rendering (one thread, after all of them) finds it done. The page is the
+    one mkdocs-jupyter would render: the same function, options and cache key."""
+    from mkdocs_jupyter import plugin as jupyter
+
+    if _jupyter_plugin is None:
+        return
+    options = _jupyter_plugin.config
+    path = str(notebook.resolve())
+    cache_path = jupyter._get_cache_path(options["cache_dir"], jupyter._compute_cache_key(path, options, False))
+    if cache_path.exists():
+        return
+    with _RENDERING:
+        body = jupyter.convert.nb2html(
+            path, execute=False, kernel_name=options["kernel_name"], theme=options["theme"],
+            allow_errors=options["allow_errors"], show_input=options["show_input"], no_input=options["no_input"],
+            no_prompt=options["no_prompt"], remove_tag_config=options["remove_tag_config"],
+            highlight_extra_classes=options["highlight_extra_classes"],
+            include_requirejs=options["include_requirejs"], custom_mathjax_url=options["custom_mathjax_url"])
+        toc_tokens, title = jupyter._get_nb_toc_tokens(path, options["toc_depth"])
+    cache_path.parent.mkdir(parents=True, exist_ok=True)
+    cache_path.write_text(json.dumps({"content": body, "toc_tokens": toc_tokens, "title": title}), encoding="utf-8")
+
+
+# The slowest pages (see benchmarks/site_build.py) start first, so that the workers finish together.
+START_FIRST = ("06_scorecard.ipynb", "guide_13_compile.ipynb", "03_device_generic_tests.ipynb",
+               "guide_11_autoload.ipynb", "05_coverage.ipynb", "04_hunting_fallbacks.ipynb")
+
+
+def _start_order(notebook: Path) -> tuple[int, str]:
+    return (START_FIRST.index(notebook.name) if notebook.name in START_FIRST else len(START_FIRST), notebook.name)
 
 
 def on_pre_build(config, **kwargs) -> None:
@@ -128,7 +179,7 @@ def on_pre_build(config, **kwargs) -> None:
     _started = time.perf_counter()
     _at_a_glance = _start_at_a_glance()  # runs beside the notebooks
     EXECUTED.mkdir(parents=True, exist_ok=True)
-    sources = sorted(SOURCE.glob("*.ipynb"))
+    sources = sorted(SOURCE.glob("*.ipynb"), key=_start_order)
     for stale in EXECUTED.glob("*.ipynb"):
         if not (SOURCE / stale.name).exists():
             stale.unlink()
@@ -191,7 +242,6 @@ def at_a_glance_html() -> str:
     """The landing page's trace picture and coverage summary, from the real dispatcher (made in a process
     started before the notebooks)."""
     import html
-    import json
 
     global _at_a_glance
     (process, stdout, stderr), _at_a_glance = _at_a_glance or _start_at_a_glance(), None

@@ -19,6 +19,7 @@ own) forks from it instead of starting one.
 from __future__ import annotations
 
 import atexit
+import copy
 import json
 import os
 import signal
@@ -31,11 +32,11 @@ from collections.abc import Sequence
 
 _AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 ADVERTISED = "PU1_FORK_SERVER"  # a running template this process may fork from: {"address", "key", "preload"}
-# Variables a template does not depend on: the child re-applies the first three (no backend loads in a template;
-# warning filters and the fault handler are set again), the rest are read only once a program runs (those ipykernel
+# Variables a template does not depend on: the child re-applies the first four (no backend loads in a template;
+# warning filters, the fault handler and the module search path are set again), the rest are read only once a program runs (those ipykernel
 # sets in a running kernel, Jupyter's per-kernel ones, sim's and the explorer's own).
-_CHILD_ONLY = {_AUTOLOAD, "PYTHONWARNINGS", "PYTHONFAULTHANDLER", "TERM", "CLICOLOR", "CLICOLOR_FORCE", "FORCE_COLOR",
-               "PAGER", "GIT_PAGER", "MPLBACKEND", "PYDEVD_USE_FRAME_EVAL"}
+_CHILD_ONLY = {_AUTOLOAD, "PYTHONWARNINGS", "PYTHONFAULTHANDLER", "PYTHONPATH", "TERM", "CLICOLOR", "CLICOLOR_FORCE",
+               "FORCE_COLOR", "PAGER", "GIT_PAGER", "MPLBACKEND", "PYDEVD_USE_FRAME_EVAL"}
 _CHILD_ONLY_PREFIXES = ("JPY_", "SIM_", "PU1_")
 
 
@@ -115,6 +116,7 @@ class ForkServer:
         self.env = dict(env)
         self.preload = tuple(preload)
         self._process: subprocess.Popen | None = None
+        self._owned = address is None
         if address is not None:  # a template someone else started and keeps: see `advertisement`
             self.address = address
             return
@@ -183,8 +185,14 @@ class ForkServer:
         lines = self._log.read().decode("utf-8", "replace").strip().splitlines()
         return lines[-1] if lines else f"it exited with code {self._process.poll()}"
 
+    def for_environment(self, env: dict[str, str]) -> "ForkServer":
+        """The same template, starting children in `env` unless a request gives its own."""
+        handle = copy.copy(self)
+        handle.env, handle._owned = dict(env), False
+        return handle
+
     def close(self) -> None:
-        if self._process is None:  # not ours to end
+        if self._process is None or not self._owned:  # not ours to end
             return
         if self._process.poll() is None:
             self._process.kill()
@@ -221,7 +229,7 @@ def fork_server(env: dict[str, str], preload: Sequence[str] = ()) -> ForkServer:
         _SERVERS[key] = server
         while len(_SERVERS) > MAX_SERVERS:
             _SERVERS.pop(next(iter(_SERVERS))).close()
-        return server
+        return server if server.env == env else server.for_environment(env)
 
 
 def run(argv: Sequence[str], env: dict[str, str], timeout: float, cwd: str | None = None
@@ -243,12 +251,43 @@ def run(argv: Sequence[str], env: dict[str, str], timeout: float, cwd: str | Non
 
 
 _DEFAULT_FILTERS = 0  # how many warning filters the interpreter starts with (set when the template starts)
+_TEMPLATE_PATHS: list[str] = []  # the template's PYTHONPATH entries, as start-up put them on sys.path
 
 
-def _apply_startup_variables() -> None:
-    """Set the warning filters and the fault handler from this child's environment, as Python's start-up does."""
+def _python_path(environment: dict[str, str] | os._Environ) -> list[str]:
+    return [os.path.abspath(entry) for entry in environment.get("PYTHONPATH", "").split(os.pathsep) if entry]
+
+
+def _shadows_a_loaded_module(folders: Sequence[str]) -> bool:
+    """Whether a module already imported (by the template) could be found in one of `folders` instead."""
+    for folder in folders:
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        if any(name.split(".")[0] in sys.modules for name in names):
+            return True
+    return False
+
+
+def _apply_startup_variables(argv: Sequence[str]) -> None:
+    """Set the warning filters, the fault handler and the module search path from this child's environment, as
+    Python's start-up does; a search path that would hide a module the template has imported gets a new
+    interpreter instead (`argv` is what it runs)."""
     import faulthandler
+    import importlib
     import warnings
+
+    wanted = _python_path(os.environ)
+    if wanted != _TEMPLATE_PATHS:
+        if _shadows_a_loaded_module([folder for folder in wanted if folder not in _TEMPLATE_PATHS]):
+            sys.stdout.flush(), sys.stderr.flush()
+            os.execve(sys.executable, [sys.executable, *argv], dict(os.environ))
+        for folder in _TEMPLATE_PATHS:
+            if folder in sys.path:
+                sys.path.remove(folder)
+        sys.path[1:1] = wanted  # right after the program's own folder, as at start-up
+        importlib.invalidate_caches()
 
     filters = warnings.filters
     added, defaults = filters[:len(filters) - _DEFAULT_FILTERS], filters[len(filters) - _DEFAULT_FILTERS:]
@@ -275,7 +314,7 @@ def _run_child(request: dict) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
-    _apply_startup_variables()
+    _apply_startup_variables(request["argv"])
     code = 0
     try:
         if torch._is_device_backend_autoload_enabled():
@@ -348,8 +387,9 @@ def _serve(listener: socket.socket, preload: Sequence[str]) -> None:
     import importlib
     import warnings
 
-    global _DEFAULT_FILTERS
+    global _DEFAULT_FILTERS, _TEMPLATE_PATHS
     _DEFAULT_FILTERS = len(warnings.filters)
+    _TEMPLATE_PATHS = _python_path(os.environ)
     import torch  # noqa: F401  (the point of the template)
 
     for module in preload:

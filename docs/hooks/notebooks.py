@@ -5,9 +5,11 @@ template that has imported torch, see pu1_explorer.forked_kernel; with a
 time limit per cell) into docs/notebooks/, in static mode (EXPLORER_STATIC=1) so that
 widgets leave kernel-free HTML. The build fails on a cell error, on a warning that a
 cell did not declare (tag `warnings-expected`), and on an output the HTML page would
-lose (a figure or widget with no HTML form). After the build, plotly.js is copied
-from the plotly package into the site, and every page is checked for scripts
-loaded from the network and for figures that did not make it into the page.
+lose (a figure or widget with no HTML form). Two notebooks run at a time, the slowest
+first, and each page is rendered as soon as its notebook is executed, while the others
+still run. After the build, plotly.js is copied from the plotly package into the site,
+and every page is checked for scripts loaded from the network and for figures that did
+not make it into the page.
 """
 from __future__ import annotations
 
@@ -177,7 +179,6 @@ def _start_order(notebook: Path) -> tuple[int, str]:
 def on_pre_build(config, **kwargs) -> None:
     global _started, _at_a_glance
     _started = time.perf_counter()
-    _at_a_glance = _start_at_a_glance()  # runs beside the notebooks
     EXECUTED.mkdir(parents=True, exist_ok=True)
     sources = sorted(SOURCE.glob("*.ipynb"), key=_start_order)
     for stale in EXECUTED.glob("*.ipynb"):
@@ -185,10 +186,12 @@ def on_pre_build(config, **kwargs) -> None:
             stale.unlink()
     problems: list[str] = []
     workers = int(os.environ.get("DOCS_WORKERS", "2"))
+    _at_a_glance = _start_at_a_glance()  # runs beside the notebooks; starts the kernels' template
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        for name, seconds, found in pool.map(execute, sources):
-            log.info(f"executed {name} in {seconds:.1f} s" if seconds else f"reused the earlier run of {name}")
-            problems += found
+        results = list(pool.map(execute, sources))
+    for name, seconds, found in results:
+        log.info(f"executed {name} in {seconds:.1f} s" if seconds else f"reused the earlier run of {name}")
+        problems += found
     if problems:
         raise PluginError("the notebooks did not build cleanly:\n  " + "\n  ".join(problems))
     log.info(f"the notebooks were ready after {time.perf_counter() - _started:.1f} s")

@@ -1,4 +1,5 @@
 """Coverage of a backend: statuses, transitive fallback, core subset, diffs and exports."""
+import importlib
 import json
 
 import torch
@@ -82,3 +83,10 @@ def test_c10d_collectives_are_classified_for_the_device():
     # process group's backend for the device (simccl for sim)
     assert rows["c10d::allreduce_"].backend == "kernel" and rows["c10d::broadcast_"].backend == "kernel"
     assert rows["c10d::monitored_barrier_"].backend == "fallback"  # registered for the CPU only
+
+
+def test_core_operators_read_from_the_dispatcher_match_the_tags_torch_ops_reports():
+    module = importlib.import_module("pu1_explorer.coverage")  # the module: the package's `coverage` is the function
+    core = module.core_operators()
+    assert "aten::add.Tensor" in core and "aten::convolution" in core and "aten::linear" not in core
+    assert core == module._core_operators_through_torch_ops()

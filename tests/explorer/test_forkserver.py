@@ -131,7 +131,7 @@ def test_a_bad_command_line_is_one_clear_error_before_anything_runs():
 
 def test_a_template_that_cannot_start_says_why_in_one_line(tmp_path):
     (tmp_path / "torch.py").write_text("raise ImportError('this folder shadows torch')\n")
-    env = dict(ENV, PYTHONPATH=str(tmp_path))
+    env = dict(ENV, PYTHONPATH=str(tmp_path), TEMPLATE_NUMBER="broken")  # a template of its own
     with pytest.raises(RuntimeError, match="the fork server did not start a process: ImportError: this folder"):
         forkserver.run(["-c", "print(1)"], env, timeout=60)
 
@@ -155,6 +155,19 @@ def test_requests_that_differ_only_in_what_a_child_sets_again_share_a_template_a
     assert forked.stdout == fresh.stdout
     forkserver.run(["-c", "pass"], dict(env, PYTHONWARNINGS="always", JPY_SESSION_NAME="x", SIM_MARK="other"), 60)
     assert len(forkserver._SERVERS) <= max(before, 1)
+
+
+def test_a_child_searches_its_own_python_path_as_a_new_interpreter_would(tmp_path):
+    (tmp_path / "pu1_probe_module.py").write_text("WHERE = 'tmp'\n")
+    (tmp_path / "json.py").write_text("WHERE = 'shadow'\n")  # the template has imported the real json
+    program = "import sys, pu1_probe_module; print(sys.path, pu1_probe_module.WHERE)"
+    shadowing = "import json; print(getattr(json, 'WHERE', 'the real json'))"
+    for env in (dict(ENV, PYTHONPATH=f"{tmp_path}{os.pathsep}relative/folder"), ENV):
+        for code in (program, shadowing):
+            forked = forkserver.run(["-c", code], env, timeout=60)
+            fresh = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+            assert (forked.returncode, forked.stdout) == (fresh.returncode, fresh.stdout), forked.stderr + fresh.stderr
+    assert "shadow" in forkserver.run(["-c", shadowing], dict(ENV, PYTHONPATH=str(tmp_path)), timeout=60).stdout
 
 
 def test_an_advertised_template_serves_requests_that_suit_it_and_only_those(monkeypatch):

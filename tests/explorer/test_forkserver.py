@@ -157,6 +157,19 @@ def test_requests_that_differ_only_in_what_a_child_sets_again_share_a_template_a
     assert len(forkserver._SERVERS) <= max(before, 1)
 
 
+def test_a_shared_template_starts_children_in_the_environment_its_caller_asked_for():
+    # two callers whose environments differ only in what a child reads after the fork get one template, and each
+    # its own environment by default (toy's scorecard once ran its probes in sim's)
+    first = forkserver.fork_server(dict(ENV, SIM_MARK="first"))
+    second = forkserver.fork_server(dict(ENV, SIM_MARK="second"))
+    assert first.address == second.address
+    for server, mark in ((first, "first"), (second, "second"), (first, "first")):
+        with __import__("tempfile").TemporaryFile("w+b") as out:
+            assert server.start(["-c", "import os; print(os.environ['SIM_MARK'])"], out.fileno(), 2).wait(60) == 0
+            out.seek(0)
+            assert out.read().decode().strip() == mark
+
+
 def test_a_child_searches_its_own_python_path_as_a_new_interpreter_would(tmp_path):
     (tmp_path / "pu1_probe_module.py").write_text("WHERE = 'tmp'\n")
     (tmp_path / "json.py").write_text("WHERE = 'shadow'\n")  # the template has imported the real json

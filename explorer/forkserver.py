@@ -33,8 +33,8 @@ from collections.abc import Sequence
 _AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 ADVERTISED = "PU1_FORK_SERVER"  # a running template this process may fork from: {"address", "key", "preload"}
 # Variables a template does not depend on: the child re-applies the first four (no backend loads in a template;
-# warning filters, the fault handler and the module search path are set again), the rest are read only once a program runs (those ipykernel
-# sets in a running kernel, Jupyter's per-kernel ones, sim's and the explorer's own).
+# warning filters, the fault handler and the module search path are set again), the rest are read only once a
+# program runs (those ipykernel sets in a running kernel, Jupyter's per-kernel ones, sim's and the explorer's own).
 _CHILD_ONLY = {_AUTOLOAD, "PYTHONWARNINGS", "PYTHONFAULTHANDLER", "PYTHONPATH", "TERM", "CLICOLOR", "CLICOLOR_FORCE",
                "FORCE_COLOR", "PAGER", "GIT_PAGER", "MPLBACKEND", "PYDEVD_USE_FRAME_EVAL"}
 _CHILD_ONLY_PREFIXES = ("JPY_", "SIM_", "PU1_")

@@ -106,7 +106,8 @@ def ddp_collected_after_destroy(rank: int, world: int) -> dict:
     destroy_process_group, while holding the GIL: simccl must not wait for Gloo's workers then."""
     import gc
 
-    import torch._inductor.codecache  # noqa: F401  (with it imported, a finished work's thread state holds Python objects)
+    # with inductor imported, a finished work's saved thread state holds Python objects
+    import torch._inductor.codecache  # noqa: F401
     from torch.nn.parallel import DistributedDataParallel
 
     torch.sim.set_device(rank)

@@ -11,10 +11,11 @@ import more modules up front (`preload`); the docs build forks its Jupyter kerne
 (`pu1_explorer.forked_kernel`). Run as a script, this file is the server.
 
 A template serves every request whose environment agrees with its own on what starting Python and
-importing torch read (`startup_environment`): the rest (the autoload switch, warning filters and the
-fault handler, which the child re-applies, and variables read only once a program runs) may differ. A
-process told of a running template through `PU1_FORK_SERVER` (a forked Jupyter kernel is told of its
-own) forks from it instead of starting one.
+importing torch read (`startup_environment`): the rest may differ (the autoload switch; the warning
+filters, the fault handler and the module search path, which the child sets again, with a new
+interpreter instead when the request's `PYTHONPATH` would hide a module the template has imported;
+and variables read only once a program runs). A process told of a running template through
+`PU1_FORK_SERVER` (a forked Jupyter kernel is told of its own) forks from it instead of starting one.
 """
 from __future__ import annotations
 
@@ -109,8 +110,8 @@ class ForkedProcess:
 class ForkServer:
     """A process that imported torch (and `preload`) and forks a fresh child for each program.
 
-    `env` is the environment the template starts in, which decides what starting Python and importing
-    torch read (`PYTHONPATH`, `PYTHONWARNINGS`, `TORCH_*`); children get it unless a request gives its own."""
+    `env` is the environment the template starts in, which decides what importing torch reads (`TORCH_*`, ...);
+    children get it unless a request gives its own. `address`: a template started by another process."""
 
     def __init__(self, env: dict[str, str], preload: Sequence[str] = (), address: str | None = None) -> None:
         self.env = dict(env)

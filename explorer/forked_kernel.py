@@ -13,13 +13,18 @@ import contextlib
 import os
 import sys
 import tempfile
+import time
 import uuid
+from queue import Empty
 from collections.abc import Iterator
 from typing import Any
 
+from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.channels import AsyncZMQSocketChannel
 from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning import LocalProvisioner
+from traitlets import Type
 from traitlets.config import Config
 
 from pu1_explorer.forkserver import ADVERTISED, fork_server
@@ -46,8 +51,40 @@ class ForkedKernelProvisioner(LocalProvisioner):
         return self.connection_info
 
 
+WAIT_SLICE = 0.25  # seconds: the longest a message that pyzmq's asyncio wait missed stays unread
+
+
+class RecheckingChannel(AsyncZMQSocketChannel):
+    """A kernel channel that waits for a message in slices, each ending with a direct check of the socket.
+
+    pyzmq's asyncio wait can miss a message's arrival: in the docs build, a cell's reply sat unread in the socket
+    until the cell's time limit (300 s) ran out and that limit's final check found it."""
+
+    async def get_msg(self, timeout: float | None = None) -> dict[str, Any]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            wait = WAIT_SLICE if left is None else min(WAIT_SLICE, left)
+            if await self.socket.poll(int(wait * 1000)):
+                return await self._recv()
+            if left is not None and left <= wait:
+                raise Empty
+
+
+class RecheckingKernelClient(AsyncKernelClient):
+    """An `AsyncKernelClient` whose channels never leave a message unread for longer than `WAIT_SLICE`."""
+
+    shell_channel_class = Type(RecheckingChannel)
+    iopub_channel_class = Type(RecheckingChannel)
+    stdin_channel_class = Type(RecheckingChannel)
+    control_channel_class = Type(RecheckingChannel)
+
+
 class ForkedKernelManager(AsyncKernelManager):
-    """An `AsyncKernelManager` whose IPython kernels are forked from a template (see the module's docstring)."""
+    """An `AsyncKernelManager` whose IPython kernels are forked from a template (see the module's docstring), with a
+    client that rechecks its sockets."""
+
+    client_factory = Type(RecheckingKernelClient)
 
     async def _async_pre_start_kernel(self, **kw: Any) -> tuple[list[str], dict[str, Any]]:
         if self.provisioner is None:

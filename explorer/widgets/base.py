@@ -8,6 +8,7 @@ kernel. The docs pages load plotly.js once, from the site itself (window.Plotly)
 """
 from __future__ import annotations
 
+import functools
 import html
 import os
 
@@ -58,6 +59,7 @@ def escape(text: object) -> str:
     return html.escape(str(text))
 
 
+@functools.lru_cache(maxsize=64)  # a guide step's sources are drawn again at each render
 def code_html(code: str, language: str = "python") -> str:
     """Code highlighted with inline styles (they need no stylesheet, live or on the site), scrolled, never wrapped."""
     from pygments import highlight

@@ -1009,19 +1009,23 @@ _CHILD_FILES: dict[str, str] = {}
 
 
 def _child_file(main: str) -> str:
-    """The child program as a real file: OpInfo's helpers call inspect.stack(), which is slow for `-c` code."""
-    import atexit
+    """The child program as a real file (OpInfo's helpers call inspect.stack(), which is slow for `-c` code), named
+    after its content in the user's cache folder: it is never removed, so a process killed before its exit
+    handlers run (a Jupyter kernel ended with a signal) leaves no folder behind."""
     import hashlib
-    import shutil
 
     source = _HARNESS + main + '\nif __name__ == "__main__":\n    _main(json.loads(sys.argv[1]))\n'
     key = hashlib.sha256(source.encode()).hexdigest()[:16]
-    if key not in _CHILD_FILES or not os.path.exists(_CHILD_FILES[key]):
-        folder = tempfile.mkdtemp(prefix="pu1-scorecard-")
-        atexit.register(shutil.rmtree, folder, True)
-        path = os.path.join(folder, f"scorecard_child_{key}.py")
-        Path(path).write_text(source)
-        _CHILD_FILES[key] = path
+    known = _CHILD_FILES.get(key)
+    if known is None or not os.path.exists(known):
+        folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pu1-explorer"
+        path = folder / f"scorecard_child_{key}.py"
+        if not path.is_file() or path.read_text() != source:
+            folder.mkdir(parents=True, exist_ok=True)
+            written = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}")
+            written.write_text(source)
+            os.replace(written, path)  # whole, even with another process writing the same file
+        _CHILD_FILES[key] = str(path)
     return _CHILD_FILES[key]
 
 

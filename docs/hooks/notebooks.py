@@ -106,9 +106,12 @@ def execute(source: Path) -> tuple[str, float, list[str]]:
     notebook = nbformat.read(source, as_version=4)
     CACHE.mkdir(parents=True, exist_ok=True)
     with local_sockets() as config:  # the kernel talks to the build over local sockets, not TCP
+        # A fresh kernel, forked (see its module), killed as soon as its last cell has run: its outputs are in, and
+        # ipykernel 7.4's orderly shutdown sometimes waits for an output thread it has already stopped, until
+        # jupyter_client sends SIGTERM 2.5 s later.
         client = NotebookClient(notebook, timeout=CELL_TIMEOUT, kernel_name="python3", allow_errors=False,
                                 resources={"metadata": {"path": str(SOURCE)}}, config=config,
-                                kernel_manager_class=ForkedKernelManager)  # a fresh kernel, forked: see its module
+                                kernel_manager_class=ForkedKernelManager, shutdown_kernel="immediate")
         try:
             client.execute(env=kernel_environment())
         except CellExecutionError as error:

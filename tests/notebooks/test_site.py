@@ -4,6 +4,7 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -108,6 +109,30 @@ def test_the_link_check_finds_a_dead_link(tmp_path):
     (tmp_path / "guide" / "index.html").write_text('<a href="../notebooks/missing/">x</a> <a href="#top">y</a>')
     (tmp_path / "index.html").write_text('<a href="guide/">guide</a> <a href="https://example.org/">out</a>')
     assert load_hook("notebooks").dead_links(tmp_path) == ["guide/index.html: ../notebooks/missing/"]
+
+
+def test_the_build_ends_a_notebooks_kernel_at_once_after_its_last_cell(tmp_path, monkeypatch):
+    # not with ipykernel's orderly shutdown, which can wait 2.5 s for SIGTERM (see `execute` in the hook)
+    from pu1_explorer.forked_kernel import ForkedKernelProvisioner
+
+    hook = load_hook("notebooks")
+    monkeypatch.setattr(hook, "EXECUTED", tmp_path / "executed")
+    monkeypatch.setattr(hook, "CACHE", tmp_path / "cache")
+    hook.EXECUTED.mkdir()
+    kernels, launch = [], ForkedKernelProvisioner.launch_kernel
+
+    async def recording_launch(self, cmd, **kwargs):
+        info = await launch(self, cmd, **kwargs)
+        kernels.append(self.process)
+        return info
+
+    monkeypatch.setattr(ForkedKernelProvisioner, "launch_kernel", recording_launch)
+    source = tmp_path / "short.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")]), source)
+    name, _, problems = hook.execute(source)
+    assert (name, problems) == ("short.ipynb", [])
+    assert nbformat.read(hook.EXECUTED / name, as_version=4).cells[0].outputs[0]["text"] == "42\n"
+    assert [kernel.returncode for kernel in kernels] == [-signal.SIGKILL]
 
 
 def test_serving_a_folder_without_a_site_is_a_clear_error(tmp_path):

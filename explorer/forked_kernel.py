@@ -15,8 +15,8 @@ import sys
 import tempfile
 import time
 import uuid
-from queue import Empty
 from collections.abc import Iterator
+from queue import Empty
 from typing import Any
 
 from jupyter_client.asynchronous import AsyncKernelClient

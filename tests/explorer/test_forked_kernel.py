@@ -43,9 +43,8 @@ def test_a_kernel_that_dies_is_reported_and_leaves_nothing_running(tmp_path):
     assert not alive(int(pid_file.read_text()))
 
 
-def test_a_kernel_that_used_the_fork_server_ends_when_asked(monkeypatch):
-    # ipykernel, asked to shut down, waits for the processes of its group; a fork server's template must not be
-    # one of them, or the kernel waits until it is killed (2.5 s later, with SIGTERM)
+def record_kernels(monkeypatch) -> list:
+    """The processes of the forked kernels launched from now on (their return codes once they end)."""
     kernels = []
     launch = ForkedKernelProvisioner.launch_kernel
 
@@ -55,6 +54,13 @@ def test_a_kernel_that_used_the_fork_server_ends_when_asked(monkeypatch):
         return info
 
     monkeypatch.setattr(ForkedKernelProvisioner, "launch_kernel", recording_launch)
+    return kernels
+
+
+def test_a_kernel_that_used_the_fork_server_ends_when_asked(monkeypatch):
+    # ipykernel, asked to shut down, waits for the processes of its group; a fork server's template must not be
+    # one of them, or the kernel waits until it is killed (2.5 s later, with SIGTERM)
+    kernels = record_kernels(monkeypatch)
     _execute("import os\nfrom pu1_explorer import forkserver\n"
              "print(forkserver.run(['-c', 'print(6 * 7)'], dict(os.environ), timeout=60).stdout)")
     assert [kernel.returncode for kernel in kernels] == [0]

@@ -113,20 +113,13 @@ def test_the_link_check_finds_a_dead_link(tmp_path):
 
 def test_the_build_ends_a_notebooks_kernel_at_once_after_its_last_cell(tmp_path, monkeypatch):
     # not with ipykernel's orderly shutdown, which can wait 2.5 s for SIGTERM (see `execute` in the hook)
-    from pu1_explorer.forked_kernel import ForkedKernelProvisioner
+    from tests.explorer.test_forked_kernel import record_kernels
 
     hook = load_hook("notebooks")
     monkeypatch.setattr(hook, "EXECUTED", tmp_path / "executed")
     monkeypatch.setattr(hook, "CACHE", tmp_path / "cache")
     hook.EXECUTED.mkdir()
-    kernels, launch = [], ForkedKernelProvisioner.launch_kernel
-
-    async def recording_launch(self, cmd, **kwargs):
-        info = await launch(self, cmd, **kwargs)
-        kernels.append(self.process)
-        return info
-
-    monkeypatch.setattr(ForkedKernelProvisioner, "launch_kernel", recording_launch)
+    kernels = record_kernels(monkeypatch)
     source = tmp_path / "short.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")]), source)
     name, _, problems = hook.execute(source)

@@ -2,20 +2,50 @@
 
 Every function returns plain data (dataclasses, lists, dicts) that the widgets,
 the command line and the tests all consume.
-"""
-from pu1_explorer.coverage import CoverageChange, CoverageRow, CoverageSnapshot, coverage, diff
-from pu1_explorer.dispatch_table import (
-    DEFAULT_KEYS, KERNEL_KINDS, KernelEntry, UnknownOperatorError, all_operators, computed_table, dispatch_table,
-    resolve_operator,
-)
-from pu1_explorer.keyset import KeySetPicture, key_set
-from pu1_explorer.profile import TimelineSpan, timeline
-from pu1_explorer.scorecard import OpResult, Probe, ProbeResult, Scorecard, scorecard
-from pu1_explorer.tracer import Hop, Trace, trace
 
-__all__ = [
-    "CoverageChange", "CoverageRow", "CoverageSnapshot", "coverage", "diff", "DEFAULT_KEYS", "KERNEL_KINDS",
-    "KernelEntry", "UnknownOperatorError", "all_operators", "computed_table", "dispatch_table", "resolve_operator",
-    "Hop", "Trace", "trace", "TimelineSpan", "timeline", "KeySetPicture", "key_set", "OpResult", "Probe",
-    "ProbeResult", "Scorecard", "scorecard",
-]
+The names below are imported on first use, so that a program that needs only a module without torch (the docs
+build, which starts the fork server and the Jupyter kernels) does not import torch first.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import Any
+
+# public name -> the module that defines it
+_EXPORTS = {
+    **dict.fromkeys(("CoverageChange", "CoverageRow", "CoverageSnapshot", "coverage", "diff"), "coverage"),
+    **dict.fromkeys(("DEFAULT_KEYS", "KERNEL_KINDS", "KernelEntry", "UnknownOperatorError", "all_operators",
+                     "computed_table", "dispatch_table", "resolve_operator"), "dispatch_table"),
+    **dict.fromkeys(("KeySetPicture", "key_set"), "keyset"),
+    **dict.fromkeys(("TimelineSpan", "timeline"), "profile"),
+    **dict.fromkeys(("OpResult", "Probe", "ProbeResult", "Scorecard", "scorecard"), "scorecard"),
+    **dict.fromkeys(("Hop", "Trace", "trace"), "tracer"),
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    setattr(sys.modules[__name__], name, value)
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+class _Package(types.ModuleType):
+    """`coverage` and `scorecard` name a module and that module's main function. Python sets a package's attribute
+    to each of its modules as it imports it; here the attribute stays the function."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if _EXPORTS.get(name) == name and isinstance(value, types.ModuleType):
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -30,8 +30,9 @@ from traitlets.config import Config
 from pu1_explorer.forkserver import ADVERTISED, fork_server
 
 # not ipykernel.kernelapp itself: its options read their defaults from the environment when it is imported
-PRELOAD = ("ipykernel.ipkernel", "plotly.graph_objects", "pu1_explorer.widgets", "torch.distributed.tensor",
-           "torch._inductor.compile_fx")
+# (ipykernel.debugger: every kernel imports debugpy as it starts, half its start-up)
+PRELOAD = ("ipykernel.ipkernel", "ipykernel.debugger", "plotly.graph_objects", "pu1_explorer.widgets",
+           "torch.distributed.tensor", "torch._inductor.compile_fx")
 
 
 class ForkedKernelProvisioner(LocalProvisioner):
@@ -72,12 +73,50 @@ class RecheckingChannel(AsyncZMQSocketChannel):
 
 
 class RecheckingKernelClient(AsyncKernelClient):
-    """An `AsyncKernelClient` whose channels never leave a message unread for longer than `WAIT_SLICE`."""
+    """An `AsyncKernelClient` whose channels never leave a message unread for longer than `WAIT_SLICE`, and that
+    knows a new kernel is ready without waiting for silence."""
 
     shell_channel_class = Type(RecheckingChannel)
     iopub_channel_class = Type(RecheckingChannel)
     stdin_channel_class = Type(RecheckingChannel)
     control_channel_class = Type(RecheckingChannel)
+
+    async def wait_for_ready(self, timeout: float | None = None) -> None:
+        """Ready once the kernel has answered a `kernel_info` request on the shell channel and IOPub is seen to be
+        connected. jupyter_client's own wait then reads IOPub until it has been silent for 0.2 s, for every kernel the
+        docs build starts."""
+        deadline = time.monotonic() + (float("inf") if timeout is None else timeout)
+        while True:
+            self.kernel_info()
+            try:
+                reply = await self.shell_channel.get_msg(timeout=1)
+            except Empty:
+                reply = None
+            if reply is not None and reply["msg_type"] == "kernel_info_reply" and \
+                    await self._iopub_connected(reply["parent_header"].get("msg_id"), patience=0.5):
+                self._handle_kernel_info_reply(reply)
+                return
+            if not await self._async_is_alive():
+                raise RuntimeError("Kernel died before replying to kernel_info")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Kernel didn't respond in {timeout:.0f} seconds")
+
+    _async_wait_for_ready = wait_for_ready
+
+    async def _iopub_connected(self, request: str | None, patience: float) -> bool:
+        """Whether IOPub carries the kernel's messages: it welcomed our subscription (ipykernel 7) or reported the
+        kernel idle after `request`, within `patience` seconds."""
+        deadline = time.monotonic() + patience
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                message = await self.iopub_channel.get_msg(timeout=left)
+            except Empty:
+                return False
+            if message["msg_type"] == "iopub_welcome" or (
+                    message["msg_type"] == "status" and message["content"].get("execution_state") == "idle"
+                    and message["parent_header"].get("msg_id") == request):
+                return True
+        return False
 
 
 class ForkedKernelManager(AsyncKernelManager):

@@ -62,6 +62,22 @@ def test_a_child_ends_as_python_ends_threads_finished_and_exit_handlers_run():
     assert (exited.returncode, exited.stdout) == (4, "ending\n")
 
 
+def test_a_child_skips_the_templates_exit_finalizers_and_runs_its_own():
+    # the template's are torch's operator libraries deregistering themselves, which a process about to end does not
+    # need; a finalizer the program registers runs at exit as in `python`
+    program = ("import weakref\nimport torch\n"
+               "inherited = [f for f in list(weakref.finalize._registry) if f.atexit]\n"
+               "class Resource: pass\nkept = Resource()\n"
+               "weakref.finalize(kept, print, 'own finalizer', flush=True)\n"
+               "print(len(weakref.finalize._registry) > 100, len(inherited), flush=True)\n")
+    env = dict(ENV, TORCH_DEVICE_BACKEND_AUTOLOAD="0")  # no backend adds finalizers of its own
+    python = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=60)
+    forked = forkserver.run(["-c", program], env, timeout=60)
+    assert python.stdout.splitlines()[1:] == forked.stdout.splitlines()[1:] == ["own finalizer"]
+    (python_many, python_count), (forked_many, forked_count) = (run.stdout.split()[:2] for run in (python, forked))
+    assert (python_many, forked_many, forked_count) == ("True", "True", "0") and int(python_count) > 100
+
+
 def test_a_child_that_outlives_its_time_is_killed_with_its_process_group(tmp_path):
     pid_file = tmp_path / "grandchild.pid"
     program = (f"import subprocess, time\nchild = subprocess.Popen(['sleep', '600'])\n"

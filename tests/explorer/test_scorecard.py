@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pu1_explorer.scorecard import PROBE_NAMES, OpResult, Probe, ProbeResult, Scorecard, scorecard
+from tests.conftest import run_python
 
 QUICK_PROBES = ["device module", "torch.accelerator", "allocator statistics", "generator", "serialization",
                 "autoload"]
@@ -214,3 +215,38 @@ def test_every_probe_has_a_guide_step():
     assert len(PROBE_NAMES) == len(set(PROBE_NAMES)) == len(PROBES) + 2
     assert all(probe.capability.split(". ")[0].isdigit() for probe in PROBES)
     assert 50 <= len(QUICK_OPS) == len(set(QUICK_OPS))
+
+
+FINDS_THE_TEST_FUNCTION = """
+import importlib.util, json, unittest
+from pu1_explorer.scorecard import _SWEEP_MAIN, _child_file
+from torch.testing._internal import common_utils
+from torch.testing._internal.opinfo import core
+
+spec = importlib.util.spec_from_file_location("sweep_child", _child_file(_SWEEP_MAIN))
+child = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(child)
+torchs = common_utils.extract_test_fn
+
+class TestFinding(unittest.TestCase):
+    def test_found(self):
+        self.results = [extract() for extract in (torchs, common_utils.extract_test_fn, core.extract_test_fn)]
+
+child._find_the_test_function_from_frames()
+case = TestFinding("test_found")
+case.run()
+outside = [extract() for extract in (torchs, common_utils.extract_test_fn, core.extract_test_fn)]
+replaced = common_utils.extract_test_fn is not torchs and core.extract_test_fn is common_utils.extract_test_fn
+print(json.dumps({"replaced": replaced,
+                  "inside": [getattr(found, "__qualname__", None) for found in case.results],
+                  "outside": [found is None for found in outside]}))
+"""
+
+
+def test_the_sweeps_find_the_running_test_function_as_torch_does_without_reading_sources():
+    # torch's own search reads every frame's source lines for each sample input (most of a sweep's time); the sweep
+    # processes replace it with a search over the frames alone, which must answer as torch's does
+    result = run_python(FINDS_THE_TEST_FUNCTION)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout) == {"replaced": True, "inside": ["TestFinding.test_found"] * 3,
+                                         "outside": [True, True, True]}

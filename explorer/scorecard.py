@@ -1036,9 +1036,10 @@ _CHILD_FILES: dict[str, str] = {}
 
 
 def _child_file(main: str) -> str:
-    """The child program as a real file (OpInfo's helpers call inspect.stack(), which is slow for `-c` code), named
-    after its content in the user's cache folder: it is never removed, so a process killed before its exit
-    handlers run (a Jupyter kernel ended with a signal) leaves no folder behind."""
+    """The child program as a real file (inspect.stack() is slow for `-c` code: the sweeps replace the OpInfo helper
+    of torch 2.13 that calls it, a torch whose helper they do not know still calls it), named after its content
+    in the user's cache folder: it is never removed, so a process killed before its exit handlers run (a Jupyter
+    kernel ended with a signal) leaves no folder behind."""
     import hashlib
 
     source = _HARNESS + main + '\nif __name__ == "__main__":\n    _main(json.loads(sys.argv[1]))\n'
@@ -1058,7 +1059,7 @@ def _child_file(main: str) -> str:
 
 def _config_program(main: str, config: dict) -> list[str]:
     """The command line that runs the child file as a script with `config`: no frame of `-c` code is on the
-    stack, whose lookups would make every inspect.stack() scan all modules."""
+    stack, whose lookups would make every inspect.stack() scan all modules (see `_child_file`)."""
     return [_child_file(main), json.dumps(config)]
 
 

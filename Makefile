@@ -5,25 +5,38 @@ PYTHON := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 SYSTEM_PYTHON ?= python3
 PYTEST_WORKERS ?= 2
+PYTEST_ARGS ?=
 PORT ?= 8000
+# Set-up compiles through Debian's ccache when it is there (a missing folder on PATH is harmless), so that later
+# builds of the same sources reuse its objects: the wheel test's copy of the project (tests/environments.py) and
+# the next set-up. setup.py makes the cache ignore which folder the sources are in.
+WITH_CCACHE := PATH=/usr/lib/ccache:$$PATH
 
-.PHONY: setup browser demo docs serve lab test test-full benchmark clean
+.PHONY: setup ccache browser demo docs serve lab test test-full benchmark clean
 
-setup: $(VENV)/.installed
+setup: ccache $(VENV)/.installed
 
 # torch and the build tools first; then the package, whose C++ parts (backend/csrc, explorer/csrc)
 # compile against that torch at install time (--no-build-isolation), as vendor extensions do; then
-# toy, the second (test) backend that the scorecard page also runs, into build/toy-backend.
-$(VENV)/.installed: pyproject.toml setup.py constraints.txt $(wildcard backend/csrc/*) $(wildcard explorer/csrc/*) \
-		$(wildcard tests/fixture_backend/csrc/*)
+# toy (examples/toy), the second backend that the scorecard page and the tests run, into build/toy-backend.
+$(VENV)/.installed: pyproject.toml setup.py constraints.txt docs/tooling/pyproject.toml $(wildcard backend/csrc/*) $(wildcard explorer/csrc/*) \
+		$(wildcard examples/toy/csrc/*) $(wildcard examples/toy/torch_toy/*.py) examples/toy/setup.py
 	test -x $(PYTHON) || $(SYSTEM_PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet -c constraints.txt torch numpy setuptools wheel ninja
-	$(PIP) install --quiet --no-build-isolation -c constraints.txt -e ".[test,docs]"
+	$(WITH_CCACHE) $(PIP) install --quiet --no-build-isolation -c constraints.txt -e ".[test,docs]"
+	$(PIP) install --quiet --no-deps --no-build-isolation -e docs/tooling  # the docs build's tooling (not the product)
 	$(PYTHON) -c "import torch; print('sim ready:', torch.sim.device_count(), 'devices')"
-	$(PYTHON) -c "from pathlib import Path; from tests.fixture_backend import build_fixture_backend; \
-		build_fixture_backend(Path('build/toy-backend')); print('toy ready: build/toy-backend')"
+	TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(WITH_CCACHE) $(PIP) install --quiet --no-build-isolation --no-deps --upgrade \
+		--target build/toy-backend examples/toy
 	touch $@
+
+# Debian's ccache, so that the C++ compiles once per test run. Optional: without it everything still builds.
+ccache:
+	@command -v ccache >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1 || { \
+	  export DEBIAN_FRONTEND=noninteractive; apt-get install -y -qq ccache >/dev/null 2>&1 || \
+	  { apt-get update -qq && apt-get install -y -qq ccache >/dev/null; } || echo "note: could not install ccache"; }
+	@command -v ccache >/dev/null 2>&1 || echo "note: without ccache (apt-get install ccache) the tests compile the C++ again"
 
 # Debian's Chromium for the browser tests (Playwright drives it; no browser download).
 browser:
@@ -42,13 +55,13 @@ docs: setup
 	$(MAKE) --no-print-directory serve
 
 serve:
-	@$(PYTHON) docs/hooks/serve_site.py site --port $(PORT)
+	@$(PYTHON) -m pu1_docs.serve_site site --port $(PORT)
 
 lab: setup
 	$(PYTHON) -m jupyterlab --ip=127.0.0.1 --no-browser $$( [ "$$(id -u)" = 0 ] && echo --allow-root ) notebooks
 
 test: setup browser
-	$(PYTHON) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup tests
+	$(PYTHON) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS) tests
 
 test-full: setup browser
 	SIM_FULL_OPINFO=1 $(PYTHON) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup tests

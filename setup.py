@@ -26,6 +26,14 @@ NO_TORCH = (
 
 # An installed (maybe older or damaged) sim must not load while its replacement builds.
 os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+# When the compiler runs through ccache (`make setup` puts Debian's first on PATH), a copy of this tree in
+# another folder, such as the wheel the tests build, reuses the cached objects: ccache then hashes paths
+# inside the tree relative to the build folder, and ignores the working folder that -g would record.
+os.environ.setdefault("CCACHE_BASEDIR", str(ROOT.resolve()))
+os.environ.setdefault("CCACHE_NOHASHDIR", "1")
+# One build folder inside the tree for wheels and editable installs alike (not a new temporary folder per
+# editable install), so that the compile commands are the same in every copy and ninja can rebuild incrementally.
+BUILD_FOLDER = ROOT.resolve() / "build" / "cxx"
 try:
     from torch.utils.cpp_extension import BuildExtension, CppExtension, include_paths
 except ImportError:
@@ -47,6 +55,7 @@ class BuildCore(BuildExtension):
 
     def build_extensions(self) -> None:
         self._check_toolchain()
+        self.build_temp = str(BUILD_FOLDER)
         super().build_extensions()
 
     def _check_toolchain(self) -> None:
@@ -97,7 +106,8 @@ def extension(name: str, folder: str) -> list[CppExtension]:
         return []
     # kineto's headers (the activity-profiler interface of backend/csrc/profiler.cpp) sit beside torch's.
     kineto = [str(Path(path) / "kineto") for path in include_paths() if (Path(path) / "kineto").is_dir()]
-    return [CppExtension(name, sources, include_dirs=[str(ROOT / folder), *kineto], extra_compile_args=["-O2"])]
+    # -g0: Python's flags ask for debug information, which nearly doubles the compile and makes objects 50x larger
+    return [CppExtension(name, sources, include_dirs=[str(ROOT / folder), *kineto], extra_compile_args=["-O2", "-g0"])]
 
 
 if __name__ == "__main__":

@@ -3,28 +3,16 @@
 The backend is assembled from named steps, in the order of the integration guide.
 `bring_up()` installs them all (or up to a named step); each step lives in the
 module of the same name, so every step of the guide points at exactly one file.
+`GUIDE` holds one record per step (`torch_sim.steps`); `STEPS` is their names.
 """
 from __future__ import annotations
 
 import importlib
 import os
 
-STEPS: tuple[str, ...] = (
-    "device_module",
-    "hooks",
-    "guard",
-    "allocator",
-    "operators",
-    "streams_events",
-    "generator",
-    "autograd",
-    "amp",
-    "serialization",
-    "autoload",
-    "profiler",
-    "compile",
-    "distributed",
-)
+from torch_sim.steps import GUIDE
+
+STEPS: tuple[str, ...] = tuple(step.name for step in GUIDE)
 
 _installed: list[str] = []
 _in_progress = False

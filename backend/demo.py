@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from torch_sim import workloads
+from pu1_explorer import workloads
 
 
 def _mebibytes(count: int) -> str:

@@ -10,7 +10,7 @@ from typing import Callable
 
 import torch
 
-from torch_sim import workloads
+from pu1_explorer import workloads
 from timing import median_seconds, step_seconds
 
 REPEATS = 7

@@ -1,7 +1,7 @@
 """A fresh process for a probe or a check: a new interpreter importing torch (and sim) against a child
 forked from the explorer's template (`pu1_explorer.forkserver`), and a whole sim scorecard. Then a fresh
 Jupyter kernel for a notebook, as the docs build starts one per page: launched as usual against forked
-(`pu1_explorer.forked_kernel`).
+(`pu1_docs.forked_kernel`, the docs build's tooling).
 
 Run: `make benchmark` (or `python benchmarks/fresh_process_speed.py` in the project's virtualenv).
 Figures are medians of several repeats, measured in this run.
@@ -17,8 +17,9 @@ import nbformat
 from nbclient import NotebookClient
 from timing import median_seconds
 from pu1_explorer import forkserver
-from pu1_explorer.forked_kernel import ForkedKernelManager, local_sockets
-from pu1_explorer.scorecard import scorecard
+from pu1_explorer.conformance import scorecard
+
+from pu1_docs.forked_kernel import KERNEL_NAME, ForkedKernelManager, local_sockets
 
 PROGRAM = "import torch; torch.ones(2, device='sim')"
 NOTEBOOK_CELL = "import torch\nfrom pu1_explorer.widgets import setup_notebook\nsetup_notebook()\ntorch.ones(2, device='sim')"
@@ -27,9 +28,10 @@ NOTEBOOK_CELL = "import torch\nfrom pu1_explorer.widgets import setup_notebook\n
 def execute_notebook(env: dict[str, str], forked: bool) -> None:
     """A one-cell notebook (the first cell of the site's pages) executed in a fresh kernel."""
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(NOTEBOOK_CELL)])
-    options = {"kernel_manager_class": ForkedKernelManager} if forked else {}
+    options = {"kernel_name": KERNEL_NAME, "kernel_manager_class": ForkedKernelManager} if forked else \
+        {"kernel_name": "python3"}
     with local_sockets() as config:  # as the docs build: local sockets, not TCP
-        NotebookClient(notebook, timeout=120, kernel_name="python3", config=config, **options).execute(env=env)
+        NotebookClient(notebook, timeout=120, config=config, **options).execute(env=env)
 
 
 def main() -> int:

@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from torch_sim import workloads
+from pu1_explorer import workloads
 from timing import median_seconds
 
 REPEATS = 5

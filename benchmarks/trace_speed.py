@@ -1,4 +1,4 @@
-"""Speed of the dispatcher tracer: native hop recording against untraced runs (and the Python recording).
+"""Speed of the dispatcher tracer: traced runs against untraced ones.
 
 Run: `make benchmark` (or `python benchmarks/trace_speed.py` in the project's virtualenv).
 Every ratio compares figures measured in this run; nothing here asserts.
@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from timing import median_seconds, mlp_step
-from pu1_explorer.tracer import Tracer, native_recording_available, trace
+from pu1_explorer.tracer import Tracer, trace
 from pu1_explorer.widgets.base import figure_html
 from pu1_explorer.widgets.figures import trace_figure
 
@@ -45,33 +45,26 @@ def gpt2_step(device: str) -> Callable[[], object]:
     return run
 
 
-def enter_and_leave(native: bool) -> None:
-    tracer = Tracer("sim", native=native)
+def enter_and_leave() -> None:
+    tracer = Tracer("sim")
     tracer.install()
     tracer.uninstall()
 
 
 def main() -> int:
     torch.sim.set_fallback_policy("silent")
-    if not native_recording_available():
-        print("native recording is unavailable (PU1_EXPLORER_TRACER=python, or an old pu1_explorer._native): "
-              "the figures below marked 'native' use the Python recording")
-
     started = time.perf_counter()
-    enter_and_leave(native=True)
+    enter_and_leave()
     cold = time.perf_counter() - started
-    warm = median_seconds(lambda: enter_and_leave(native=True))
-    python_enter = median_seconds(lambda: enter_and_leave(native=False), repeats=3)
-    print(f"entering (and leaving) the tracer: native {cold:.3f} s cold, {warm:.3f} s warm (target <= 0.2 s); "
-          f"Python recording {python_enter:.3f} s")
+    warm = median_seconds(enter_and_leave)
+    print(f"entering (and leaving) the tracer: {cold:.3f} s cold, {warm:.3f} s warm (target <= 0.2 s)")
 
     step = mlp_step("sim")
     for _ in range(3):
         step()
-    plain, native, python, hops = _interleaved(step)
+    plain, traced, hops = _interleaved(step)
     print(f"small MLP forward+backward on sim ({hops:.0f} hops per step): {plain * 1e3:.2f} ms untraced, "
-          f"{native * 1e3:.2f} ms traced natively ({native / plain:.2f}x, target <= 2x), "
-          f"{python * 1e3:.2f} ms with the Python recording ({python / plain:.2f}x)")
+          f"{traced * 1e3:.2f} ms traced ({traced / plain:.2f}x, target <= 2x)")
     whole = median_seconds(lambda: _traced_once(step))
     print(f"  one step in its own `with trace('sim')` block (entering, leaving, building the hops): "
           f"{whole * 1e3:.1f} ms")
@@ -91,14 +84,14 @@ def main() -> int:
     return 0
 
 
-def _interleaved(step: Callable[[], object], repeats: int = 5) -> tuple[float, float, float, float]:
-    """Median seconds per step untraced, traced natively and with the Python recording, measured in turns
-    (so that a busy machine slows all three alike), and the hops per step."""
-    timings: dict[str, list[float]] = {"plain": [], "native": [], "python": []}
+def _interleaved(step: Callable[[], object], repeats: int = 5) -> tuple[float, float, float]:
+    """Median seconds per step untraced and traced, measured in turns (so that a busy machine slows both
+    alike), and the hops per step."""
+    timings: dict[str, list[float]] = {"plain": [], "traced": []}
     hops = 0.0
     for _ in range(repeats):
         for mode in timings:
-            tracer = None if mode == "plain" else Tracer("sim", native=mode == "native")
+            tracer = None if mode == "plain" else Tracer("sim")
             if tracer is not None:
                 tracer.install()
             try:
@@ -110,10 +103,10 @@ def _interleaved(step: Callable[[], object], repeats: int = 5) -> tuple[float, f
             finally:
                 if tracer is not None:
                     tracer.uninstall()
-            if mode == "native":
+            if tracer is not None:
                 hops = len(tracer.trace.hops) / (STEPS + 1)
-    plain, native, python = (statistics.median(values) for values in timings.values())
-    return plain, native, python, hops
+    plain, traced = (statistics.median(values) for values in timings.values())
+    return plain, traced, hops
 
 
 def _traced_once(step: Callable[[], object]) -> None:

@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import importlib
 import sys
-import types
 from typing import Any
 
 # public name -> the module that defines it
 _EXPORTS = {
-    **dict.fromkeys(("CoverageChange", "CoverageRow", "CoverageSnapshot", "coverage", "diff"), "coverage"),
+    **dict.fromkeys(("CoverageChange", "CoverageRow", "CoverageSnapshot", "coverage", "diff"), "op_coverage"),
     **dict.fromkeys(("DEFAULT_KEYS", "KERNEL_KINDS", "KernelEntry", "UnknownOperatorError", "all_operators",
-                     "computed_table", "dispatch_table", "resolve_operator"), "dispatch_table"),
+                     "computed_table", "dispatch_table", "resolve_operator"), "dispatch_tables"),
     **dict.fromkeys(("KeySetPicture", "key_set"), "keyset"),
     **dict.fromkeys(("TimelineSpan", "timeline"), "profile"),
-    **dict.fromkeys(("OpResult", "Probe", "ProbeResult", "Scorecard", "scorecard"), "scorecard"),
+    **dict.fromkeys(("OpResult", "Probe", "ProbeResult", "Scorecard", "scorecard"), "conformance"),
     **dict.fromkeys(("Hop", "Trace", "trace"), "tracer"),
 }
 __all__ = list(_EXPORTS)
@@ -37,15 +36,3 @@ def __getattr__(name: str) -> Any:
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_EXPORTS))
 
-
-class _Package(types.ModuleType):
-    """`coverage` and `scorecard` name a module and that module's main function. Python sets a package's attribute
-    to each of its modules as it imports it; here the attribute stays the function."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if _EXPORTS.get(name) == name and isinstance(value, types.ModuleType):
-            value = getattr(value, name)
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

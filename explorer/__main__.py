@@ -43,7 +43,7 @@ def _write(text: str, output: str | None) -> None:
 
 
 def command_coverage(arguments: argparse.Namespace) -> None:
-    from pu1_explorer.coverage import coverage
+    from pu1_explorer.op_coverage import coverage
 
     _progress(f"classifying every {arguments.namespace} overload for {arguments.device}")
     snapshot = coverage(_backend_key(arguments.device), label=arguments.device, namespace=arguments.namespace)
@@ -90,7 +90,7 @@ def command_trace(arguments: argparse.Namespace) -> None:
 
 
 def command_table(arguments: argparse.Namespace) -> None:
-    from pu1_explorer.dispatch_table import dispatch_table
+    from pu1_explorer.dispatch_tables import dispatch_table
 
     keys = arguments.keys.split(",") if arguments.keys else None
     rows = dispatch_table(arguments.operator, keys)
@@ -100,7 +100,7 @@ def command_table(arguments: argparse.Namespace) -> None:
 
 
 def command_report(arguments: argparse.Namespace) -> None:
-    from pu1_explorer.coverage import coverage, observe
+    from pu1_explorer.op_coverage import coverage, observe
     from pu1_explorer.report import build_report, run_workloads
 
     key = _backend_key(arguments.device)
@@ -123,7 +123,7 @@ def command_scorecard(arguments: argparse.Namespace) -> None:
     """Write scorecard.html, scorecard.xml and scorecard.json for a PrivateUse1 device into the output folder."""
     import torch
 
-    from pu1_explorer.scorecard import PROBE_NAMES, scorecard
+    from pu1_explorer.conformance import PROBE_NAMES, scorecard
 
     folder = Path(arguments.folder)
     if not folder.is_dir():

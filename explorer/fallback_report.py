@@ -19,7 +19,7 @@ from typing import Any, Iterator
 import torch
 
 from pu1_explorer.boxed import call_original
-from pu1_explorer.dispatch_table import FALLBACK, KERNEL, MISSING, canonical_key, entry_from_dump, short_path
+from pu1_explorer.dispatch_tables import FALLBACK, KERNEL, MISSING, canonical_key, entry_from_dump, short_path
 
 _LIBRARY_DIRECTORIES = tuple(os.path.dirname(module.__file__) + os.sep for module in (torch, contextlib))
 _WORKLOADS_FILE = os.path.join(os.path.dirname(__file__), "workloads.py")

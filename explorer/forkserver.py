@@ -7,8 +7,12 @@ child per program. Each child gets its own session (a process group to kill), th
 stdin/stdout/stderr and environment, loads the backends `import torch` would have autoloaded,
 and runs the program as `python -c CODE`, `python -m MODULE ARGS` or `python SCRIPT ARGS` would.
 A crash or a hang costs only that child, and a child whose caller is gone is killed. A template can
-import more modules up front (`preload`); the docs build forks its Jupyter kernels from one
-(`pu1_explorer.forked_kernel`). Run as a script, this file is the server.
+import more modules up front (`preload`); the docs build's tooling (docs/tooling, not part of the
+product) forks its Jupyter kernels from one. Run as a script, this file is the server.
+
+The module is private to the explorer (no stable interface): `fork_server(env, preload)` gives the
+template for an environment, `ForkServer.start(argv, stdout, stderr, cwd, env)` a `ForkedProcess`
+used like a `subprocess.Popen`, and `run(argv, env, timeout)` a `subprocess.CompletedProcess`.
 
 A template serves every request whose environment agrees with its own on what starting Python and
 importing torch read (`startup_environment`): the rest may differ (the autoload switch; the warning

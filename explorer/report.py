@@ -4,7 +4,6 @@ plotly.js is embedded in the page itself, so it opens with no network.
 """
 from __future__ import annotations
 
-import html
 import runpy
 import time
 import traceback
@@ -14,11 +13,13 @@ from typing import Callable, Sequence
 
 import plotly.graph_objects as go
 
-from pu1_explorer.coverage import STATUS_ORDER, CoverageSnapshot
+from pu1_explorer import pages
+from pu1_explorer.op_coverage import STATUS_ORDER, CoverageSnapshot
 from pu1_explorer.devices import backend_key
 from pu1_explorer.fallback_report import FallbackReport, monitor_fallbacks
 from pu1_explorer.widgets.figures import KIND_COLOURS
 from pu1_explorer.workloads import WORKLOADS, train
+
 
 @dataclass
 class WorkloadResult:
@@ -90,12 +91,6 @@ def fallback_figure(report: FallbackReport, top: int = 25) -> go.Figure:
     return figure
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(cell))}</td>" for cell in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
 def build_report(snapshot: CoverageSnapshot, fallbacks: FallbackReport, workloads: Sequence[WorkloadResult],
                  progress: Callable[[str], None] = lambda message: None) -> str:
     """The whole page as one HTML string."""
@@ -112,26 +107,7 @@ def build_report(snapshot: CoverageSnapshot, fallbacks: FallbackReport, workload
                      for entry in fallbacks.ranked()]
     falling_back = [[row.operator, row.backend, row.transitive, row.autograd, "yes" if row.core else ""]
                     for row in snapshot.rows if row.falls_back]
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>PrivateUse1 explorer report: {html.escape(snapshot.label)}</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 72rem; padding: 0 1rem; }}
-table {{ border-collapse: collapse; font-size: 0.85rem; }} td, th {{ border: 1px solid #ddd; padding: 2px 6px; }}
-th {{ background: #f3f3f3; position: sticky; top: 0; }} .scroll {{ max-height: 30rem; overflow: auto; }}
-</style></head><body>
-<h1>Backend report: {html.escape(snapshot.label)} ({html.escape(snapshot.backend_key)})</h1>
-<p>Generated {time.strftime('%Y-%m-%d %H:%M')} by <code>python -m pu1_explorer report</code>.</p>
-<h2>Coverage</h2>
-<p>{summary['operators']} ATen overloads: {summary['without_fallback_percent']}% run without the fallback
-(core ATen: {core['without_fallback_percent']}% of {core['operators']}).</p>
-{charts}
-<h2>Workloads</h2>
-{_table(["workload", "time", "result"], workload_rows)}
-<h2>Fallback report of the workloads ({html.escape(workload_names)})</h2>
-<p>{fallbacks.total} call(s) of {len(fallbacks.calls)} operator(s) reached the fallback;
-{fallbacks.copied} of them copied their tensors to the CPU and back.</p>
-<div class="scroll">{_table(["operator", "calls", "copied to the CPU", "shapes", "call sites"], fallback_rows)}</div>
-<h2>Overloads that land on the fallback ({len(falling_back)})</h2>
-<div class="scroll">{_table(["operator", "backend key", "transitive", "autograd key", "core"], falling_back)}</div>
-</body></html>
-"""
+    return pages.render("report.html", snapshot=snapshot, summary=summary, core=core, charts=pages.safe(charts),
+                        generated=time.strftime("%Y-%m-%d %H:%M"), workload_rows=workload_rows,
+                        workload_names=workload_names, fallbacks=fallbacks, fallback_rows=fallback_rows,
+                        falling_back=falling_back)

@@ -6,13 +6,14 @@ that was computed there before, so the computation is the one PyTorch would run
 anyway. On exit, also on an exception, the registrations are dropped and the
 dispatcher's tables are as before.
 
-The recording kernels are native (boxed C++ kernels of `pu1_explorer._native` that
-append to a C++ buffer; the hops are built from it). The original recording with
-Python kernels (`torch.library.get_kernel(...).call_boxed`) remains, selected with
-`PU1_EXPLORER_TRACER=python` or `Tracer(device, native=False)`; both record the same hops.
+The recording kernels are boxed C++ kernels of the compiled helper
+`pu1_explorer._native` that append to a C++ buffer; the hops are built from it
+when they are read.
 
-Fallthrough keys cannot be wrapped (a kernel there would change what runs), so
-they are reported from the computed table as skipped hops.
+What to wrap, and how each wrapped kernel was computed, is read from the dispatcher's
+computed table dumps taken just before the trace starts (`WrapPlan`). Fallthrough keys
+cannot be wrapped (a kernel there would change what runs), so they are reported from
+those dumps as skipped hops.
 """
 from __future__ import annotations
 
@@ -20,28 +21,21 @@ import contextlib
 import ctypes
 import functools
 import json
-import os
 import threading
-import time
-import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator
 
 import torch
 
-from pu1_explorer.boxed import call_original, native_helper, rewrap_numbers
+from pu1_explorer.boxed import native_helper
 from pu1_explorer.devices import check_device
-from pu1_explorer.dispatch_table import FALLTHROUGH, MISSING, _parse_line, entry_from_dump
+from pu1_explorer.dispatch_tables import FALLTHROUGH, MISSING, _parse_line
 
 SCHEMA_VERSION = 1
 
 # The keys a trace wraps, per device type: autocast, autograd, view tracking, factory
 # routing and the backend. The sim fallback computes with CPU kernels, so tracing
 # sim wraps the CPU key too.
-# Operators never wrapped. A tensor that passes through a Python kernel stays tied to
-# a Python object, and `torch.Tensor._make_subclass` (nn.Parameter) refuses a tensor
-# made by `detach` that is tied to one.
-UNTRACED_OPERATORS = frozenset({"aten::detach"})
 # ATen's operators, and c10d's: torch.distributed sends each collective through the dispatcher too.
 TRACED_NAMESPACES = ("aten", "c10d")
 
@@ -171,35 +165,6 @@ def key_priority() -> tuple[str, ...]:
     return tuple(sorted(runtime, key=functools.cmp_to_key(_higher_first)))
 
 
-def _keys_of(keyset: Any) -> list[str]:
-    text = str(keyset)
-    inside = text[text.find("(") + 1: text.rfind(")")]
-    return [part.strip() for part in inside.split(",") if part.strip()]
-
-
-def _tensor_infos(arguments: tuple, keyword_arguments: dict) -> list[TensorInfo]:
-    infos = []
-    for value in (*arguments, *keyword_arguments.values()):
-        if isinstance(value, torch.Tensor):
-            infos.append(TensorInfo(list(value.shape), str(value.dtype), str(value.device)))
-        elif isinstance(value, (list, tuple)):
-            for element in value:
-                if isinstance(element, torch.Tensor):
-                    infos.append(TensorInfo(list(element.shape), str(element.dtype), str(element.device)))
-    return infos
-
-
-def native_recording_available() -> bool:
-    """True when hops can be recorded natively (the compiled helper has the recorder, and
-    PU1_EXPLORER_TRACER does not ask for the Python recording)."""
-    if os.environ.get("PU1_EXPLORER_TRACER", "native").lower() == "python":
-        return False
-    try:
-        return hasattr(native_helper(), "HopRecorder")
-    except ImportError:
-        return False
-
-
 def _skipped_before(priority: dict[str, int], is_fallthrough: Callable[[str, str], bool], operator: str, key: str,
                     keys: list[str], parent: Hop | None) -> list[str]:
     """Fallthrough keys a call passed over on its way to `key`: those of `keys` above it (and, for a redispatch
@@ -230,21 +195,84 @@ def _release(tracer: Tracer) -> None:
             _active.remove(tracer)
 
 
+def _dump_lines(dump: str, needles: list[tuple[str, str]]) -> dict[str, str]:
+    """The lines of a computed table dump for the keys of `needles` ((key, "\\nKEY: ") pairs), by key; keys
+    without a kernel are absent.
+
+    A dump lists its keys lowest priority first; with the keys in that order each search starts where the last
+    one matched, and a key found nowhere after it is looked for before it.
+    """
+    text = "\n" + dump
+    lines, position = {}, 0
+    for key, needle in needles:
+        start = text.find(needle, position)
+        if start < 0:
+            start = text.find(needle, 0, position)
+            if start < 0:
+                continue
+        end = text.find("\n", start + 1)
+        lines[key] = text[start + 1:end] if end >= 0 else text[start + 1:]
+        position = start + 1
+    return lines
+
+
+def _needles(keys: list[str] | tuple[str, ...]) -> list[tuple[str, str]]:
+    """What starts the dump line of each key, the keys in the order a dump lists them (lowest priority first)."""
+    dump_position = {name: position for position, name in enumerate(reversed(key_priority()))}
+    return [(key, f"\n{key}: ") for key in sorted(keys, key=lambda name: dump_position.get(name, -1))]
+
+
+def _is_fallthrough_line(line: str, key: str) -> bool:
+    """Whether a dump line shows a fallthrough ("KEY: fallthrough registered at ...")."""
+    return line.startswith("fallthrough ", len(key) + 2)
+
+
+class WrapPlan:
+    """What a trace wraps, read from the dispatcher's computed table dumps just before it starts.
+
+    `sites` are the (operator, key, tag) whose computed kernel exists and is not a fallthrough, with the
+    dump's provenance tag; the dumps also answer which keys a call passes over (`is_fallthrough`).
+    """
+
+    def __init__(self, namespaces: tuple[str, ...] | list[str], keys: tuple[str, ...] | list[str]) -> None:
+        prefixes = tuple(f"{namespace}::" for namespace in namespaces)
+        self.dumps: dict[str, str] = {name: torch._C._dispatch_dump_table(name)
+                                      for name in torch._C._dispatch_get_all_op_names() if name.startswith(prefixes)}
+        needles = _needles(keys)
+        fallthrough_at = {key: len(key) + 2 for key in keys}
+        self.sites: list[tuple[str, str, str]] = []
+        for operator, dump in self.dumps.items():
+            lines = _dump_lines(dump, needles)
+            for key in keys:
+                line = lines.get(key)
+                if line is not None and not line.startswith("fallthrough ", fallthrough_at[key]):
+                    self.sites.append((operator, key, line[line.rfind("[") + 1:-1]))
+        self._fallthrough: dict[tuple[str, str], bool] = {}
+
+    def is_fallthrough(self, operator: str, key: str) -> bool:
+        """Whether a call of `operator` passes over `key` (its computed kernel there is a fallthrough)."""
+        known = self._fallthrough.get((operator, key))
+        if known is None:
+            line = _dump_lines(self.dumps.get(operator, ""), _needles([key])).get(key)
+            known = self._fallthrough[(operator, key)] = line is not None and _is_fallthrough_line(line, key)
+        return known
+
+
 class _NativeHops:
     """Builds Hop objects from the native recorder's buffer, incrementally and in order."""
 
-    def __init__(self, recorder: Any, recorded: Trace, priority: dict[str, int]) -> None:
+    def __init__(self, recorder: Any, plan: WrapPlan, recorded: Trace, priority: dict[str, int]) -> None:
         self._recorder = recorder
         self._trace = recorded
         self._priority = priority
         self._sites = recorder.sites()
         self._site_entries: dict[int, tuple[str, str]] = {}
-        self._computed_is_fallthrough = native_helper().computed_is_fallthrough
+        # Keys passed over are never wrapped; their fallthrough status is the one of the tables the plan read.
+        self._is_fallthrough = plan.is_fallthrough
         self._keysets: list[tuple[str, ...]] = []
         self._by_record: list[Hop] = []
         self._running: dict[int, Hop] = {}
         self._dtypes: dict[Any, str] = {}
-        self._fallthrough: dict[tuple[str, str], bool] = {}
 
     def _site_entry(self, site: int) -> tuple[str, str]:
         """Kind and provenance of a wrapped kernel, read as the table dump would show them."""
@@ -254,13 +282,6 @@ class _NativeHops:
             parsed = _parse_line(operator, f"{key}: {debug} [{tag}]")
             entry = self._site_entries[site] = (parsed.kind, parsed.provenance) if parsed else (MISSING, "")
         return entry
-
-    def _is_fallthrough(self, operator: str, key: str) -> bool:
-        # Keys passed over are never wrapped, so their computed kernels are the same during the trace.
-        known = self._fallthrough.get((operator, key))
-        if known is None:
-            known = self._fallthrough[(operator, key)] = self._computed_is_fallthrough(operator, key)
-        return known
 
     def refresh(self) -> None:
         """Append the hops recorded since the last call, and finish those that were still running."""
@@ -307,33 +328,29 @@ class _NativeHops:
 class Tracer:
     """Records hops while active; use `trace()` rather than this class directly."""
 
-    def __init__(self, device: str, native: bool | None = None) -> None:
+    def __init__(self, device: str) -> None:
         self.trace = Trace(device=device)
-        self.native = native_recording_available() if native is None else native
-        self._local = threading.local()
         self._priority = {name: rank for rank, name in enumerate(key_priority())}
-        self._dumps: dict[str, str] = {}
-        self._keyset_names: dict[int, tuple[str, ...]] = {}
-        self._kinds: dict[tuple[str, str], str] = {}
-        self._libraries: dict[str, Any] = {}
         self._recorder: Any = None
         self._collector: _NativeHops | None = None
         self._device_type = "privateuse1" if torch.device(device).type not in ("cpu", "meta") else "cpu"
 
-    # ------------------------------------------------------------------ wrapping
     def install(self) -> None:
         """Wrap every (operator, key) of interest; refused while another trace is active."""
         _claim(self)
         try:
-            if self.native:
-                self._install_native()
-            else:
-                self._install_python()
+            native = native_helper()
+            plan = WrapPlan(TRACED_NAMESPACES, TRACE_KEYS[self._device_type])
+            recorder = native.HopRecorder(plan=plan.sites)
+            self._collector = _NativeHops(recorder, plan, self.trace, self._priority)
+            recorder.install()
         except BaseException:
-            self._recorder = None
-            self._libraries = {}
+            self._collector = None
             _release(self)
             raise
+        self._recorder = recorder
+        self.trace.__dict__["_refresh"] = self._collector.refresh
+        self.trace.wrapped_operators = recorder.operator_count()
 
     def uninstall(self) -> None:
         """Drop the wrappers: the dispatch tables are exactly as before install()."""
@@ -345,119 +362,8 @@ class Tracer:
                 if self._collector is not None:
                     self._collector.refresh()
                     self._collector = None  # the native buffer goes with it
-            self._libraries = {}  # the last references: the registrations go with them
         finally:
             _release(self)
-
-    def _install_native(self) -> None:
-        keys = TRACE_KEYS[self._device_type]
-        recorder = native_helper().HopRecorder(list(TRACED_NAMESPACES), sorted(UNTRACED_OPERATORS), list(keys))
-        self._collector = _NativeHops(recorder, self.trace, self._priority)
-        recorder.install()
-        self._recorder = recorder
-        self.trace.__dict__["_refresh"] = self._collector.refresh
-        self.trace.wrapped_operators = recorder.operator_count()
-
-    def _install_python(self) -> None:
-        keys = TRACE_KEYS[self._device_type]
-        plan = []
-        for operator in torch._C._dispatch_get_all_op_names():
-            if operator.split("::", 1)[0] not in TRACED_NAMESPACES or operator in UNTRACED_OPERATORS:
-                continue
-            dump = torch._C._dispatch_dump_table(operator)
-            self._dumps[operator] = dump
-            for key in keys:
-                entry = entry_from_dump(operator, dump, key)
-                if entry.kind in (FALLTHROUGH, MISSING):
-                    continue
-                plan.append((operator, key, entry, torch.library.get_kernel(operator, key)))
-        libraries = {namespace: torch._C._dispatch_library("IMPL", namespace, "")
-                     for namespace in {operator.split("::", 1)[0] for operator, *_ in plan}}
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for operator, key, entry, original in plan:
-                namespace, name = operator.split("::", 1)
-                libraries[namespace].impl(name, getattr(torch._C.DispatchKey, key),
-                                          self._make_kernel(operator, key, entry.kind, entry.provenance, original),
-                                          True)
-        self._libraries = libraries
-        self.trace.wrapped_operators = len({operator for operator, *_ in plan})
-
-    def _make_kernel(self, operator: str, key: str, kind: str, provenance: str, original: Any):
-        record = self._record
-
-        def kernel(keyset: Any, *arguments: Any, **keyword_arguments: Any) -> Any:
-            arguments, keyword_arguments = rewrap_numbers(operator, arguments, keyword_arguments)
-            return record(operator, key, kind, provenance, original, keyset, arguments, keyword_arguments)
-
-        return kernel
-
-    # ----------------------------------------------------------------- recording
-    def _stack(self) -> list[Hop]:
-        stack = getattr(self._local, "stack", None)
-        if stack is None:
-            stack = self._local.stack = []
-        return stack
-
-    def _effective_keys(self, arguments: tuple, keyword_arguments: dict) -> list[str]:
-        """The key set a new call starts with: its tensors' keys plus the thread's included keys, less the excluded.
-
-        The dispatcher leaves fallthrough keys out of the key set it hands a kernel,
-        so this is computed here to show which keys were passed over.
-        """
-        keys: set[str] = set()
-        for value in (*arguments, *keyword_arguments.values()):
-            for tensor in value if isinstance(value, (list, tuple)) else (value,):
-                if isinstance(tensor, torch.Tensor):
-                    keys.update(self._names(torch._C._dispatch_keys(tensor)))
-        keys.update(self._names(torch._C._dispatch_tls_local_include_set()))
-        keys.difference_update(self._names(torch._C._dispatch_tls_local_exclude_set()))
-        return sorted(keys, key=lambda name: self._priority.get(name, len(self._priority)))
-
-    def _names(self, keyset: Any) -> tuple[str, ...]:
-        """The key names of a key set (cached: a run sees few distinct key sets)."""
-        raw = keyset.raw_repr()
-        names = self._keyset_names.get(raw)
-        if names is None:
-            names = self._keyset_names[raw] = tuple(_keys_of(keyset))
-        return names
-
-    def _kind(self, operator: str, key: str) -> str:
-        cached = self._kinds.get((operator, key))
-        if cached is None:
-            cached = self._kinds[(operator, key)] = entry_from_dump(operator, self._dumps.get(operator, ""), key).kind
-        return cached
-
-    def _is_fallthrough(self, operator: str, key: str) -> bool:
-        return self._kind(operator, key) == FALLTHROUGH
-
-    def _record(self, operator: str, key: str, kind: str, provenance: str, original: Any, keyset: Any,
-                arguments: tuple, keyword_arguments: dict) -> Any:
-        stack = self._stack()
-        parent = stack[-1] if stack else None
-        if parent is not None and parent.operator == operator:
-            keys = parent.keyset
-        else:
-            keys = self._effective_keys(arguments, keyword_arguments)
-        phase = "backward" if torch._C._current_autograd_node() is not None else "forward"
-        hops = self.trace.hops
-        depth = len(stack)
-        parent_index = parent.index if parent is not None else None
-        for skipped_key in _skipped_before(self._priority, self._is_fallthrough, operator, key, keys, parent):
-            hops.append(Hop(len(hops), operator, skipped_key, FALLTHROUGH, keys, depth, parent_index,
-                            time.perf_counter_ns(), phase=phase, skipped=True))
-        hop = Hop(len(hops), operator, key, kind, keys, depth, parent_index, time.perf_counter_ns(), phase=phase,
-                  provenance=provenance, inputs=_tensor_infos(arguments, keyword_arguments))
-        hops.append(hop)
-        stack.append(hop)
-        try:
-            return call_original(original, operator, keyset, arguments, keyword_arguments)
-        except BaseException as error:
-            hop.error = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-            raise
-        finally:
-            hop.duration_ns = time.perf_counter_ns() - hop.start_ns
-            stack.pop()
 
 
 @contextlib.contextmanager

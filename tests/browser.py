@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import socket
 from typing import Iterator
 
 import pytest
@@ -34,9 +33,3 @@ def browser_page(width: int = 1400, height: int = 1000) -> Iterator[tuple[object
             yield page, errors
         finally:
             browser.close()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]

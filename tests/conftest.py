@@ -71,14 +71,14 @@ def installed_wheel(project_wheel, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def fixture_backend_env(tmp_path_factory) -> dict[str, str]:
-    """The environment under which a fresh interpreter can `import torch_toy`, the second C++ test backend: built
-    once per test run by whichever worker needs it first while the others wait."""
+def fixture_backend_env() -> dict[str, str]:
+    """The environment under which a fresh interpreter can `import torch_toy`, the second C++ backend (examples/toy):
+    the build that `make setup` installed in build/toy-backend, rebuilt there first if a source is newer; one
+    worker checks (and builds) while the others wait."""
     from filelock import FileLock
 
-    from tests.fixture_backend import build_fixture_backend
+    from tests.toy_backend import TOY_BUILD, build_toy_backend
 
-    base = tmp_path_factory.getbasetemp()
-    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # this run's folder, for every worker
-    with FileLock(str(shared / "fixture-backend.lock")):
-        return build_fixture_backend(shared / "fixture-backend")
+    TOY_BUILD.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(TOY_BUILD.parent / "toy-backend.lock")):
+        return build_toy_backend(TOY_BUILD)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 OUR_DISTRIBUTION = ("privateuse1_explorer", "__editable__.privateuse1_explorer", "__editable___privateuse1_explorer")
+# Debian's ccache (`make setup` installs it): builds here reuse the objects of set-up's compile (see setup.py).
+COMPILER_CACHE = Path("/usr/lib/ccache")
 
 
 def project_sources(destination: Path) -> Path:
@@ -30,16 +32,35 @@ def project_sources(destination: Path) -> Path:
     return destination
 
 
-def pip(*arguments: str, timeout: float = 900, **environment: str) -> subprocess.CompletedProcess:
-    """The project venv's pip, offline, never raising on failure."""
-    env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1", **environment}
-    return subprocess.run([sys.executable, "-m", "pip", *arguments], capture_output=True, text=True, env=env,
+def pip(*arguments: str, timeout: float = 900, python: Path = Path(sys.executable),
+        **environment: str) -> subprocess.CompletedProcess:
+    """The project venv's pip, offline, never raising on failure; it compiles through ccache when that is installed."""
+    env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    if COMPILER_CACHE.is_dir():
+        env["PATH"] = os.pathsep.join([str(COMPILER_CACHE), env.get("PATH", os.defpath)])
+    env.update(environment)
+    return subprocess.run([str(python), "-m", "pip", *arguments], capture_output=True, text=True, env=env,
                           timeout=timeout)
+
+
+def venv_python_inside(copy: Path) -> Path:
+    """The project venv's python as the copy `copy` of the project sees it: through a link at the same place in the
+    copy when the venv lies inside the project (`make setup`'s .venv). Compiled that way, the copy's compile commands
+    name torch's headers by the same paths relative to the tree as set-up's did, so ccache reuses its objects."""
+    prefix = Path(sys.prefix)
+    if not prefix.is_relative_to(PROJECT_ROOT):
+        return Path(sys.executable)
+    link = copy / prefix.relative_to(PROJECT_ROOT)
+    if not link.exists():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(prefix, target_is_directory=True)
+    return link / Path(sys.executable).relative_to(prefix)
 
 
 def build_wheel(source: Path, destination: Path) -> Path:
     """`pip wheel` of a project tree, as a vendor would build it; returns the wheel."""
-    result = pip("wheel", "--no-build-isolation", "--no-deps", "-w", str(destination), str(source), timeout=1800)
+    result = pip("wheel", "--no-build-isolation", "--no-deps", "-w", str(destination), str(source), timeout=1800,
+                 python=venv_python_inside(source))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return next(destination.glob("*.whl"))
 

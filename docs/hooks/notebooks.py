@@ -1,33 +1,33 @@
 """mkdocs hooks: execute the notebooks for the site, check what they produced, self-host plotly.js.
 
 Before the build, every notebook in notebooks/ is executed in a fresh kernel (forked from a
-template that has imported torch, see pu1_explorer.forked_kernel; with a
-time limit per cell) into docs/notebooks/, in static mode (EXPLORER_STATIC=1) so that
-widgets leave kernel-free HTML. The build fails on a cell error, on a warning that a
-cell did not declare (tag `warnings-expected`), and on an output the HTML page would
-lose (a figure or widget with no HTML form). Two notebooks run at a time, the slowest
-first, and each page is rendered as soon as its notebook is executed, while the others
-still run. After the build, plotly.js is copied from the plotly package into the site,
-and every page is checked for scripts loaded from the network and for figures that did
-not make it into the page.
+template that has imported torch, see pu1_docs.forked_kernel; with a time limit per cell) into
+docs/notebooks/, in static mode (EXPLORER_STATIC=1) so that widgets leave kernel-free HTML, or
+taken from the cache of executed notebooks (pu1_docs.notebook_cache) when neither it nor what it
+imports changed. The build fails on a cell error, on a warning that a cell did not declare (tag
+`warnings-expected`), and on an output the HTML page would lose (a figure or widget with no HTML
+form). Two notebooks run at a time, the slowest first; mkdocs-jupyter renders the pages and keeps
+them in its own cache (its `cache` options), beside ours. After the build, plotly.js is copied
+from the plotly package into the site, and every page is checked for scripts loaded from the
+network and for figures that did not make it into the page.
 """
 from __future__ import annotations
 
 import concurrent.futures
-import hashlib
 import json
 import logging
 import os
 import posixpath
 import re
 import shutil
-import threading
 import time
 from pathlib import Path
 
 import nbformat
 from mkdocs.exceptions import PluginError
 from mkdocs.utils import get_relative_url
+
+from pu1_docs.notebook_cache import NotebookCache
 
 log = logging.getLogger("mkdocs.hooks.notebooks")
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,26 +39,12 @@ HTML_MIMES = {"text/html", "text/markdown", "text/latex", "image/png", "image/jp
               "application/javascript"}
 _started = 0.0
 
-
-# Everything an executed notebook depends on besides itself: the code it runs, the data files
-# it reads, this hook and the versions of torch and Python.
-_INPUTS = {"backend": (".py", ".cpp", ".h", ".json"), "explorer": (".py", ".cpp", ".h", ".json"),
-           "tests/backend": (".md",), "tests/fixture_backend": (".py", ".cpp", ".h")}
-
-
-def _fingerprint(notebook: Path) -> str:
-    import platform
-    from importlib.metadata import version
-
-    digest = hashlib.sha256(notebook.read_bytes())
-    digest.update(f"{version('torch')} {platform.python_version()}".encode())
-    digest.update(Path(__file__).read_bytes())
-    for folder, suffixes in _INPUTS.items():
-        for path in sorted((ROOT / folder).rglob("*")):
-            if path.suffix in suffixes and "__pycache__" not in path.parts:
-                digest.update(str(path.relative_to(ROOT)).encode())
-                digest.update(path.read_bytes())
-    return digest.hexdigest()[:20]
+# Everything an executed notebook depends on besides itself: the packages it imports (sim, the explorer, the example
+# backend toy), the data files they read (.json, .md) and the build's own tooling. Nothing under tests/.
+SOURCES = (".py", ".cpp", ".h", ".json", ".md")
+NOTEBOOK_INPUTS = {"backend": SOURCES, "explorer": SOURCES, "examples": SOURCES,
+                   "docs/hooks": (".py",), "docs/tooling": (".py", ".json", ".toml")}
+NOTEBOOKS = NotebookCache(CACHE, ROOT, NOTEBOOK_INPUTS)
 
 
 def check_outputs(name: str, notebook: nbformat.NotebookNode) -> list[str]:
@@ -94,22 +80,20 @@ def execute(source: Path) -> tuple[str, float, list[str]]:
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
-    from pu1_explorer.forked_kernel import ForkedKernelManager, local_sockets
+    from pu1_docs.forked_kernel import KERNEL_NAME, ForkedKernelManager, local_sockets
 
     started = time.perf_counter()
     target = EXECUTED / source.name
-    cached = CACHE / f"{source.stem}-{_fingerprint(source)}.ipynb"
-    if cached.exists():
+    cached = NOTEBOOKS.lookup(source)
+    if cached is not None:
         shutil.copyfile(cached, target)
-        prerender(target)
         return source.name, 0.0, check_outputs(source.name, nbformat.read(cached, as_version=4))
     notebook = nbformat.read(source, as_version=4)
-    CACHE.mkdir(parents=True, exist_ok=True)
     with local_sockets() as config:  # the kernel talks to the build over local sockets, not TCP
         # A fresh kernel, forked (see its module), killed as soon as its last cell has run: its outputs are in, and
         # ipykernel 7.4's orderly shutdown sometimes waits for an output thread it has already stopped, until
         # jupyter_client sends SIGTERM 2.5 s later.
-        client = NotebookClient(notebook, timeout=CELL_TIMEOUT, kernel_name="python3", allow_errors=False,
+        client = NotebookClient(notebook, timeout=CELL_TIMEOUT, kernel_name=KERNEL_NAME, allow_errors=False,
                                 resources={"metadata": {"path": str(SOURCE)}}, config=config,
                                 kernel_manager_class=ForkedKernelManager, shutdown_kernel="immediate")
         try:
@@ -124,54 +108,20 @@ def execute(source: Path) -> tuple[str, float, list[str]]:
     # with it the page would load the widget manager from the network.
     notebook.metadata.pop("widgets", None)
     nbformat.write(notebook, target)
-    for stale in CACHE.glob(f"{source.stem}-*.ipynb"):
-        stale.unlink()
-    shutil.copyfile(target, cached)
-    prerender(target)
+    NOTEBOOKS.store(source, target)
     return source.name, time.perf_counter() - started, check_outputs(source.name, notebook)
-
-
-_jupyter_plugin = None  # mkdocs-jupyter, as configured for this build
-_RENDERING = threading.Lock()  # mkdocs-jupyter's converter counts cells in a module-level variable
 
 
 def on_config(config, **kwargs):
     """mkdocs-jupyter keeps the pages it renders in a cache of its own, keyed by the executed notebook's bytes and its
-    options: put it beside the executed notebooks, so that `prerender` can fill it."""
-    global _jupyter_plugin
-    _jupyter_plugin = config.plugins["mkdocs-jupyter"]
-    _jupyter_plugin.config["cache"] = True
-    _jupyter_plugin.config["cache_dir"] = str(CACHE / "rendered")
+    options (its public `cache` and `cache_dir` options): beside the executed notebooks, so that one folder holds both."""
+    options = config.plugins["mkdocs-jupyter"].config
+    options["cache"], options["cache_dir"] = True, str(NOTEBOOKS.folder / "rendered")
     return config
 
 
-def prerender(notebook: Path) -> None:
-    """Render an executed notebook's page into mkdocs-jupyter's cache as soon as it is executed, beside the notebooks
-    still running, so that mkdocs's page rendering (one thread, after all of them) finds it done. The page is the
-    one mkdocs-jupyter would render: the same function, options and cache key."""
-    from mkdocs_jupyter import plugin as jupyter
-
-    if _jupyter_plugin is None:
-        return
-    options = _jupyter_plugin.config
-    path = str(notebook.resolve())
-    cache_path = jupyter._get_cache_path(options["cache_dir"], jupyter._compute_cache_key(path, options, False))
-    if cache_path.exists():
-        return
-    with _RENDERING:
-        body = jupyter.convert.nb2html(
-            path, execute=False, kernel_name=options["kernel_name"], theme=options["theme"],
-            allow_errors=options["allow_errors"], show_input=options["show_input"], no_input=options["no_input"],
-            no_prompt=options["no_prompt"], remove_tag_config=options["remove_tag_config"],
-            highlight_extra_classes=options["highlight_extra_classes"],
-            include_requirejs=options["include_requirejs"], custom_mathjax_url=options["custom_mathjax_url"])
-        toc_tokens, title = jupyter._get_nb_toc_tokens(path, options["toc_depth"])
-    cache_path.parent.mkdir(parents=True, exist_ok=True)
-    cache_path.write_text(json.dumps({"content": body, "toc_tokens": toc_tokens, "title": title}), encoding="utf-8")
-
-
 # The slowest pages (see benchmarks/site_build.py) start first, so that the workers finish together.
-START_FIRST = ("06_scorecard.ipynb", "guide_13_compile.ipynb", "03_device_generic_tests.ipynb",
+START_FIRST = ("03_device_generic_tests.ipynb", "guide_13_compile.ipynb", "06_scorecard.ipynb",
                "guide_11_autoload.ipynb", "05_coverage.ipynb", "04_hunting_fallbacks.ipynb")
 
 
@@ -189,7 +139,8 @@ def on_pre_build(config, **kwargs) -> None:
             stale.unlink()
     problems: list[str] = []
     workers = int(os.environ.get("DOCS_WORKERS", "2"))
-    _at_a_glance = _start_at_a_glance()  # runs beside the notebooks; starts the kernels' template
+    # runs beside the notebooks, unless an earlier build made the same pictures; starts the kernels' template
+    _at_a_glance = None if _at_a_glance_cached().is_file() else _start_at_a_glance()
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
         results = list(pool.map(execute, sources))
     for name, seconds, found in results:
@@ -203,53 +154,23 @@ def on_pre_build(config, **kwargs) -> None:
 _NOTEBOOK_LINK = re.compile(r'href="(?![a-z][a-z0-9+.-]*:|/|#)([^"#?]+\.(?:ipynb|md))(#[^"]*)?"')
 
 
-# The landing page's pictures, made at build time from the real dispatcher in a fresh process.
-_AT_A_GLANCE_PROGRAM = r'''
-import json
-from pu1_explorer import coverage
-from pu1_explorer.report import coverage_figure
-from pu1_explorer.tracer import run_traced
-from pu1_explorer.widgets.base import figure_html
-from pu1_explorer.widgets.figures import trace_figure
-
-code = """x = torch.randn(4, 8, device=device, requires_grad=True)
-torch.nn.functional.linear(x, torch.randn(3, 8, device=device)).relu().sum().backward()"""
-recorded = run_traced(code, "sim")
-snapshot = coverage("PrivateUse1", label="sim")
-summary, core = snapshot.summary(), snapshot.summary(core_only=True)
-title = f"One forward and backward pass on sim: {len(recorded.hops)} hops through the dispatcher"
-print(json.dumps({"code": code, "trace": figure_html(trace_figure(recorded, title=title)),
-                  "coverage": figure_html(coverage_figure(snapshot)),
-                  "operators": summary["operators"], "percent": summary["without_fallback_percent"],
-                  "core_operators": core["operators"], "core_percent": core["without_fallback_percent"]}))
-'''
 AT_A_GLANCE = "<!-- at a glance: built by docs/hooks/notebooks.py -->"
 
 
 _at_a_glance = None
 
 
-def _start_at_a_glance():
-    """The landing page's program in a fresh process, forked from the notebooks' kernels' template; returns the
-    process and the files it writes its output and errors to."""
-    import tempfile
-
-    from pu1_explorer.forked_kernel import PRELOAD
-    from pu1_explorer.forkserver import fork_server
-
-    stdout, stderr = tempfile.TemporaryFile("w+b"), tempfile.TemporaryFile("w+b")
-    environment = kernel_environment()
-    process = fork_server(environment, PRELOAD).start(["-c", _AT_A_GLANCE_PROGRAM], stdout.fileno(), stderr.fileno(),
-                                                      env=environment)
-    return process, stdout, stderr
+def _at_a_glance_cached() -> Path:
+    """Where the landing page's data is kept: it changes only with what the notebooks import (see NOTEBOOK_INPUTS)."""
+    return NOTEBOOKS.folder / f"at-a-glance-{NOTEBOOKS.inputs_digest()[:20]}.json"
 
 
-def at_a_glance_html() -> str:
-    """The landing page's trace picture and coverage summary, from the real dispatcher (made in a process
-    started before the notebooks)."""
-    import html
-
+def _at_a_glance_data() -> dict:
+    """The landing page's data: kept from an earlier build, or from its program (started before the notebooks)."""
     global _at_a_glance
+    cached = _at_a_glance_cached()
+    if cached.is_file():
+        return json.loads(cached.read_text(encoding="utf-8"))
     (process, stdout, stderr), _at_a_glance = _at_a_glance or _start_at_a_glance(), None
     with stdout, stderr:
         returncode = process.wait(timeout=300)
@@ -257,7 +178,34 @@ def at_a_glance_html() -> str:
         output, errors = stdout.read().decode("utf-8", "replace"), stderr.read().decode("utf-8", "replace")
     if returncode != 0:
         raise PluginError(f"the landing page's pictures failed: {errors.strip()[-2000:]}")
-    data = json.loads(output.strip().splitlines()[-1])
+    line = output.strip().splitlines()[-1]
+    for stale in NOTEBOOKS.folder.glob("at-a-glance-*.json"):
+        stale.unlink()
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    cached.write_text(line, encoding="utf-8")
+    return json.loads(line)
+
+
+def _start_at_a_glance():
+    """The landing page's program (pu1_docs.at_a_glance) in a fresh process, forked from the notebooks' kernels'
+    template; returns the process and the files it writes its output and errors to."""
+    import tempfile
+
+    from pu1_docs.forked_kernel import PRELOAD
+    from pu1_explorer.forkserver import fork_server
+
+    stdout, stderr = tempfile.TemporaryFile("w+b"), tempfile.TemporaryFile("w+b")
+    environment = kernel_environment()
+    process = fork_server(environment, PRELOAD).start(["-m", "pu1_docs.at_a_glance"], stdout.fileno(), stderr.fileno(),
+                                                      env=environment)
+    return process, stdout, stderr
+
+
+def at_a_glance_html() -> str:
+    """The landing page's trace picture and coverage summary, from the real dispatcher."""
+    import html
+
+    data = _at_a_glance_data()
     return (f"<p>What the dispatcher did for this code on <code>sim</code>, hop by hop (hover a marker; the buttons "
             f"hide fallthroughs or nested calls):</p>\n<pre><code>{html.escape(data['code'])}</code></pre>\n"
             f"<div class=\"figure-scroll\">{data['trace']}</div>\n"

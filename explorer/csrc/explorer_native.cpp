@@ -11,11 +11,11 @@
 
 #include <array>
 #include <atomic>
-#include <cstring>
 #include <ctime>
 #include <deque>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -44,86 +44,11 @@ static at::Tensor wrapped_number(py::handle value) {
 
 namespace {
 
-// The dispatcher keeps two things private that the tracer must read without changing
-// anything: the kernel inside a SafeKernelFunction (is it a fallthrough, which registration
-// is it) and an operator's entry (its registered kernels). An explicit instantiation may
-// name private members; these accessors go through that rule rather than guess layouts.
-template <auto Member, typename Tag>
-struct Expose {
-  friend constexpr auto exposed(Tag) { return Member; }
-};
-struct ComputedKernel {
-  friend constexpr auto exposed(ComputedKernel);
-};
-struct HandleDefinition {
-  friend constexpr auto exposed(HandleDefinition);
-};
-struct BoxedPart {
-  friend constexpr auto exposed(BoxedPart);
-};
-struct UnboxedPart {
-  friend constexpr auto exposed(UnboxedPart);
-};
-struct SymUnboxedPart {
-  friend constexpr auto exposed(SymUnboxedPart);
-};
-template struct Expose<&c10::SafeKernelFunction::kernel_, ComputedKernel>;
-template struct Expose<&c10::KernelFunction::boxed_kernel_func_, BoxedPart>;
-template struct Expose<&c10::KernelFunction::unboxed_kernel_func_, UnboxedPart>;
-template struct Expose<&c10::KernelFunction::sym_unboxed_kernel_func_, SymUnboxedPart>;
-template struct Expose<&c10::OperatorHandle::operatorDef_, HandleDefinition>;
-
-const c10::KernelFunction& kernel_of(const c10::SafeKernelFunction& kernel) {
-  return kernel.*exposed(ComputedKernel{});
-}
-
-const c10::impl::OperatorEntry& entry_of(const c10::OperatorHandle& handle) {
-  return (handle.*exposed(HandleDefinition{}))->op;
-}
-
-// The same registered kernel: the same functor object and functions (a table entry is a copy).
-bool same_kernel(const c10::KernelFunction& first, const c10::KernelFunction& second) {
-  const c10::BoxedKernel& first_boxed = first.*exposed(BoxedPart{});
-  const c10::BoxedKernel& second_boxed = second.*exposed(BoxedPart{});
-  static_assert(sizeof(c10::BoxedKernel) == 2 * sizeof(void*), "BoxedKernel is a functor and a function pointer");
-  return std::memcmp(static_cast<const void*>(&first_boxed), static_cast<const void*>(&second_boxed),
-                     sizeof(c10::BoxedKernel)) == 0 &&
-         first.*exposed(UnboxedPart{}) == second.*exposed(UnboxedPart{}) &&
-         first.*exposed(SymUnboxedPart{}) == second.*exposed(SymUnboxedPart{});
-}
-
-// Where a computed kernel comes from, with the tag the dispatcher's table dump gives it:
-// a registration for the key itself, one for an alias key, else the key's backend fallback.
-const char* source_tag(const c10::impl::OperatorEntry& entry, c10::DispatchKey key, const c10::KernelFunction& kernel) {
-  using c10::DispatchKey;
-  auto registered_as = [&](DispatchKey registered) {
-    return entry.hasKernelForDispatchKey(registered) && same_kernel(entry.kernelForDispatchKey(registered), kernel);
-  };
-  if (registered_as(key)) return "kernel";
-  if (registered_as(DispatchKey::CompositeExplicitAutogradNonFunctional) ||
-      registered_as(DispatchKey::CompositeExplicitAutograd)) {
-    return "default backend kernel";
-  }
-  if (registered_as(DispatchKey::CompositeImplicitAutogradNestedTensor)) return "nested kernel";
-  if (registered_as(DispatchKey::CompositeImplicitAutograd)) return "math kernel";
-  if (registered_as(DispatchKey::Autograd)) return "autograd kernel";
-  return "backend fallback";
-}
-
 std::optional<c10::OperatorHandle> find_operator(const std::string& full_name) {
   auto separator = full_name.find('.', full_name.find("::"));
   c10::OperatorName name(full_name.substr(0, separator),
                          separator == std::string::npos ? "" : full_name.substr(separator + 1));
   return c10::Dispatcher::singleton().findSchema(name);
-}
-
-// Whether calling `operator_name` with `key` passes over it (its computed kernel is a fallthrough).
-bool computed_is_fallthrough(const std::string& operator_name, const std::string& key_name) {
-  auto handle = find_operator(operator_name);
-  if (!handle.has_value()) return false;
-  c10::DispatchKey key = c10::parseDispatchKey(key_name);
-  const c10::impl::OperatorEntry& entry = entry_of(*handle);
-  return entry.hasComputedKernelForDispatchKey(key) && entry.lookup(c10::DispatchKeySet(key)).isFallthrough();
 }
 
 int64_t now_ns() {
@@ -141,12 +66,6 @@ struct KeyBits {
     if (key < 256) {
       words[key >> 6] |= uint64_t{1} << (key & 63);
     }
-  }
-  void merge(const KeyBits& other) {
-    for (size_t i = 0; i < words.size(); ++i) words[i] |= other.words[i];
-  }
-  void remove(const KeyBits& other) {
-    for (size_t i = 0; i < words.size(); ++i) words[i] &= ~other.words[i];
   }
   bool operator==(const KeyBits& other) const { return words == other.words; }
 };
@@ -297,37 +216,22 @@ std::string describe_current_exception() {
 
 class Session {
  public:
-  // Plans the wrapping: every operator of `namespaces` (less `excluded`) with a schema, on
-  // each of `keys` whose computed kernel exists and is not a fallthrough.
-  Session(const std::vector<std::string>& namespaces, const std::vector<std::string>& excluded,
-          const std::vector<std::string>& keys) {
-    std::vector<c10::DispatchKey> wrap_keys;
-    for (const auto& key : keys) wrap_keys.push_back(c10::parseDispatchKey(key));
-    auto& dispatcher = c10::Dispatcher::singleton();
-    for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
-      std::string full = name.name + (name.overload_name.empty() ? "" : "." + name.overload_name);
-      std::string ns = full.substr(0, full.find("::"));
-      if (std::find(namespaces.begin(), namespaces.end(), ns) == namespaces.end() ||
-          std::find(excluded.begin(), excluded.end(), full) != excluded.end()) {
-        continue;
-      }
-      auto handle = dispatcher.findSchema(name);
+  // Takes the wrapping plan: each (operator, key, tag) names a computed kernel that exists and is not a
+  // fallthrough, with the provenance tag the dispatcher's table dump gives it (the plan is read from the
+  // dumps in Python). An entry whose operator has no schema or whose kernel is gone is left out.
+  explicit Session(const std::vector<std::tuple<std::string, std::string, std::string>>& plan) {
+    std::unordered_map<std::string, int32_t> operator_ids;
+    for (const auto& [operator_name, key_name, tag] : plan) {
+      auto handle = find_operator(operator_name);
       if (!handle.has_value()) continue;
-      const c10::impl::OperatorEntry& entry = entry_of(*handle);
-      int32_t operator_id = static_cast<int32_t>(operator_names_.size());
-      bool wrapped = false;
-      for (size_t i = 0; i < keys.size(); ++i) {
-        c10::DispatchKey key = wrap_keys[i];
-        if (!entry.hasComputedKernelForDispatchKey(key) || entry.lookup(c10::DispatchKeySet(key)).isFallthrough()) {
-          continue;
-        }
-        c10::SafeKernelFunction original = handle->getComputedKernelForDispatchKey(key);
-        std::string tag = source_tag(entry, key, kernel_of(original));
-        std::string debug = original.debug();
-        sites_.push_back(Site{full, keys[i], std::move(tag), std::move(debug), name, key, operator_id, std::move(original)});
-        wrapped = true;
-      }
-      if (wrapped) operator_names_.push_back(full);
+      c10::DispatchKey key = c10::parseDispatchKey(key_name);
+      if (!handle->hasComputedKernelForDispatchKey(key)) continue;
+      auto [found, added] = operator_ids.emplace(operator_name, static_cast<int32_t>(operator_names_.size()));
+      if (added) operator_names_.push_back(operator_name);
+      c10::SafeKernelFunction original = handle->getComputedKernelForDispatchKey(key);
+      std::string debug = original.debug();
+      sites_.push_back(Site{operator_name, key_name, tag, std::move(debug), handle->operator_name(), key,
+                            found->second, std::move(original)});
     }
   }
 
@@ -456,13 +360,13 @@ class Session {
     auto values = torch::jit::last(*stack, arguments);
 
     std::vector<TensorMeta> inputs;
-    KeyBits keys;
+    c10::DispatchKeySet tensor_keys;
     bool continuing = parent != nullptr && parent->operator_id == site.operator_id;
     auto visit = [&](const c10::IValue& value) {
       if (!value.isTensor()) return;
       const at::Tensor& tensor = value.toTensor();
       if (!tensor.defined()) return;
-      if (!continuing) keys.merge(bits_of(tensor.key_set()));
+      if (!continuing) tensor_keys = tensor_keys | tensor.key_set();
       TensorMeta meta{{}, tensor.scalar_type(), tensor.device()};
       try {
         for (const c10::SymInt& size : tensor.sym_sizes()) meta.shape.push_back(size.maybe_as_int().value_or(-1));
@@ -478,10 +382,12 @@ class Session {
         visit(value);
       }
     }
+    KeyBits keys;
     if (!continuing) {
+      // The key set the dispatcher computes for the call, in its own arithmetic: removing an excluded
+      // functionality (such as Autograd) removes it for every backend.
       c10::impl::LocalDispatchKeySet local = c10::impl::tls_local_dispatch_key_set();
-      keys.merge(bits_of(local.included_));
-      keys.remove(bits_of(local.excluded_));
+      keys = bits_of((tensor_keys | local.included_) - local.excluded_);
     }
     bool backward = torch::autograd::get_current_node() != nullptr;
 
@@ -536,12 +442,10 @@ class Session {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("wrapped_number", &wrapped_number);
-  module.def("computed_is_fallthrough", &computed_is_fallthrough, py::arg("operator"), py::arg("key"),
-             "Whether the operator's computed kernel for the key is a fallthrough (the call passes over the key).");
   py::class_<Session>(module, "HopRecorder",
                       "Boxed kernels that record each dispatcher hop natively and call the kernel computed before.")
-      .def(py::init<const std::vector<std::string>&, const std::vector<std::string>&, const std::vector<std::string>&>(),
-           py::arg("namespaces"), py::arg("excluded"), py::arg("keys"))
+      .def(py::init<const std::vector<std::tuple<std::string, std::string, std::string>>&>(), py::arg("plan"),
+           "Wrap each (operator, key, tag) of the plan: computed kernels that exist and are not fallthroughs.")
       .def("install", &Session::install, "Register the recording kernels (refused while another recorder is installed).")
       .def("uninstall", &Session::uninstall, "Drop the recording kernels: the dispatch tables are as before.")
       .def("sites", &Session::sites,

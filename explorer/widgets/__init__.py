@@ -6,10 +6,10 @@
 from pu1_explorer.widgets.base import setup_notebook, static_mode
 from pu1_explorer.widgets.coverage import CoverageExplorer
 from pu1_explorer.widgets.dispatch import DispatchTable, DispatchVisualizer
-from pu1_explorer.widgets.guide import GuideStepper
+from pu1_explorer.widgets.guide import GuideStepper, guide_step
 from pu1_explorer.widgets.keyset import KeySetView
 from pu1_explorer.widgets.monitors import FallbackMonitor, MemoryMonitor
 from pu1_explorer.widgets.scorecard import ScorecardView
 
 __all__ = ["CoverageExplorer", "DispatchTable", "DispatchVisualizer", "FallbackMonitor", "GuideStepper",
-           "KeySetView", "MemoryMonitor", "ScorecardView", "setup_notebook", "static_mode"]
+           "KeySetView", "MemoryMonitor", "ScorecardView", "guide_step", "setup_notebook", "static_mode"]

@@ -9,7 +9,6 @@ kernel. The docs pages load plotly.js once, from the site itself (window.Plotly)
 from __future__ import annotations
 
 import functools
-import html
 import os
 
 import ipywidgets
@@ -17,6 +16,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.io._base_renderers import MimetypeRenderer
 from IPython.display import display
+
+from pu1_explorer.pages import escape, message_html  # noqa: F401 - the widgets import them from here
 
 
 def static_mode() -> bool:
@@ -55,8 +56,6 @@ def figure_html(figure: go.Figure) -> str:
     return pio.to_html(figure, include_plotlyjs=False, full_html=False, config=FIGURE_CONFIG)
 
 
-def escape(text: object) -> str:
-    return html.escape(str(text))
 
 
 @functools.lru_cache(maxsize=64)  # a guide step's sources are drawn again at each render
@@ -99,9 +98,6 @@ def inline_markdown(text: str) -> str:
     return "".join(blocks)
 
 
-def message_html(text: str, kind: str = "info") -> str:
-    colours = {"info": "#1565c0", "error": "#c62828", "ok": "#2e7d32", "warning": "#ef6c00"}
-    return f'<div style="color:{colours[kind]};white-space:pre-wrap;font-family:monospace">{escape(text)}</div>'
 
 
 class ExplorerWidget(ipywidgets.VBox):

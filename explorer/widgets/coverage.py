@@ -4,8 +4,8 @@ from __future__ import annotations
 import ipywidgets
 
 from pu1_explorer.devices import backend_key, check_device
-from pu1_explorer.coverage import STATUS_ORDER, CoverageSnapshot, coverage, diff
-from pu1_explorer.dispatch_table import FALLTHROUGH, backend_tables
+from pu1_explorer.op_coverage import STATUS_ORDER, CoverageSnapshot, coverage, diff
+from pu1_explorer.dispatch_tables import FALLTHROUGH, backend_tables
 from pu1_explorer.widgets.base import ExplorerWidget, escape, figure_html
 from pu1_explorer.widgets.figures import coverage_treemap, dispatch_table_figure
 

@@ -6,7 +6,7 @@ from typing import Callable, Sequence
 import ipywidgets
 
 from pu1_explorer.devices import check_device, known_devices, privateuse1_backend
-from pu1_explorer.dispatch_table import UnknownOperatorError, all_operators, backend_tables, resolve_operator
+from pu1_explorer.dispatch_tables import UnknownOperatorError, all_operators, backend_tables, resolve_operator
 from pu1_explorer.tracer import Trace, run_traced
 from pu1_explorer.widgets.base import ExplorerWidget, code_html, escape, figure_html, message_html
 from pu1_explorer.widgets.figures import compare_figure, dispatch_table_figure, trace_figure

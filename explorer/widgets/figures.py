@@ -12,8 +12,8 @@ from typing import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from pu1_explorer.coverage import STATUS_ORDER, CoverageSnapshot
-from pu1_explorer.dispatch_table import KERNEL_KINDS, KIND_DESCRIPTIONS, KernelEntry
+from pu1_explorer.op_coverage import STATUS_ORDER, CoverageSnapshot
+from pu1_explorer.dispatch_tables import KERNEL_KINDS, KIND_DESCRIPTIONS, KernelEntry
 from pu1_explorer.keyset import Bit, KeySetPicture
 from pu1_explorer.profile import TimelineSpan
 from pu1_explorer.tracer import Hop, Trace, key_priority
@@ -303,7 +303,7 @@ def profile_timeline_figure(spans: Sequence[TimelineSpan], title: str = "What th
 
 
 def bringup_coverage_figure(progress: Sequence, highlight: str | None = None) -> go.Figure:
-    """The coverage after each bring-up step (engine: `guide.coverage_by_step()`): how ATen overloads resolve on
+    """The coverage after each bring-up step (engine: `guide.coverage_by_step`): how ATen overloads resolve on
     the backend key, and how many have a kernel of the backend's own on its Autograd and Autocast keys."""
     labels = [f"{row.number}. {row.step.replace('_', ' ')}" for row in progress]
     figure = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.7, 0.3], vertical_spacing=0.06)
@@ -432,13 +432,18 @@ def key_set_figure(picture: KeySetPicture, title: str | None = None) -> go.Figur
     return figure
 
 
-def scorecard_figure(cards: Sequence, title: str = "Conformance: every probe on every device") -> go.Figure:
+def scorecard_figure(cards: Sequence, title: str = "Conformance: every probe on every device",
+                     steps: dict[str, str] | None = None) -> go.Figure:
     """A square per probe and device, coloured by the probe's status; hover for its one-line finding.
 
-    `cards` are `pu1_explorer.scorecard.Scorecard`s; probes keep the order of the first card that ran them.
+    `cards` are `pu1_explorer.conformance.Scorecard`s; probes keep the order of the first card that ran them.
+    `steps` (probe name -> "N. title", from `pu1_explorer.conformance.probe_steps(guide)`) adds each probe's
+    guide step to its hover text.
     """
-    from pu1_explorer.scorecard import STATUS_COLOURS, STATUSES
+    from pu1_explorer.conformance import STATUSES
+    from pu1_explorer.pages import STATUS_COLOURS
 
+    steps = steps or {}
     names: list[str] = []
     for card in cards:
         names += [probe.name for probe in card.probes if probe.name not in names]
@@ -450,7 +455,7 @@ def scorecard_figure(cards: Sequence, title: str = "Conformance: every probe on 
             continue
         figure.add_trace(go.Scatter(
             x=[device for device, _, _ in points], y=[name for _, name, _ in points], mode="markers", name=status,
-            customdata=[detail for _, _, detail in points],
+            customdata=[(f"step {steps[name]}: " if name in steps else "") + detail for _, name, detail in points],
             marker={"symbol": "square", "size": 22, "color": STATUS_COLOURS[status]},
             hovertemplate="%{y} on %{x}: " + status + "<br>%{customdata}<extra></extra>"))
     figure.update_layout(title=title, height=max(320, 26 * len(names) + 150), margin={"l": 170, "t": 60},

@@ -1,5 +1,16 @@
-"""GuideStepper: the integration guide step by step, each step checked live in fresh processes."""
+"""GuideStepper: a backend's integration guide step by step, each step checked live in fresh processes.
+
+The guide is the backend's data (`pu1_explorer.guide.GuideStep`), e.g. sim's:
+
+>>> import torch_sim
+>>> from pu1_explorer.widgets import GuideStepper, guide_step
+>>> GuideStepper(torch_sim.GUIDE, start="operators")   # all steps, Next/Back between them
+>>> guide_step(torch_sim.GUIDE, "guard")                # one step's page, its check run at once
+"""
 from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
 
 import ipywidgets
 
@@ -8,7 +19,8 @@ from pu1_explorer.widgets.base import (ExplorerWidget, code_html, escape, folded
                                        inline_markdown, message_html)
 
 
-def check_html(check: guide.StepCheck | None) -> str:
+def check_html(check: guide.StepCheck | None, device: str) -> str:
+    """What the check did before and after the step, and how coverage moved on `device`'s keys."""
     if check is None:
         return "<p><i>Press “Run the check” to run it before and after this step, in fresh processes.</i></p>"
     mark = lambda ok: ("<b style='color:#2e7d32'>works</b>" if ok  # noqa: E731
@@ -16,7 +28,7 @@ def check_html(check: guide.StepCheck | None) -> str:
     coverage = ""
     if check.coverage_after is not None:
         changed = ", ".join(f"<code>{escape(change.operator)}</code>" for change in check.coverage_changes[:12])
-        coverage = (f"<p>Coverage: {len(check.coverage_changes)} overloads change status on the sim keys"
+        coverage = (f"<p>Coverage: {len(check.coverage_changes)} overloads change status on the {escape(device)} keys"
                     + (f" (e.g. {changed}{' …' if len(check.coverage_changes) > 12 else ''})" if changed else "")
                     + f"; {check.coverage_before}% → {check.coverage_after}% run without the fallback.</p>")
     output = "<pre style='white-space:pre-wrap;overflow-wrap:normal;word-break:normal;margin:0'>{}</pre>"
@@ -27,11 +39,11 @@ def check_html(check: guide.StepCheck | None) -> str:
 
 
 def sources_html(step: guide.GuideStep) -> str:
-    """The step's real code: sim's Python module and C++ file, then the C++ skeleton a vendor starts from."""
-    parts = [folded_code_html(f"sim's Python module <code>{escape(step.module_path)}</code>", step.source)]
-    if step.cpp_source is not None:
-        parts.append(folded_code_html(f"sim's C++ file <code>{escape(step.cpp_file)}</code>", step.cpp_source, "cpp"))
-    parts.append(folded_code_html("The C++ a vendor writes for this step, in short", step.vendor_cpp, "cpp"))
+    """The step's code as the backend gives it (e.g. its module, its C++ file, what a vendor writes), each folded."""
+    parts = []
+    for source in step.sources:
+        where = f" <code>{escape(source.path)}</code>" if source.path else ""
+        parts.append(folded_code_html(escape(source.caption) + where, source.text, source.language))
     return "".join(parts)
 
 
@@ -39,17 +51,24 @@ def step_html(step: guide.GuideStep, check: guide.StepCheck | None, heading: boo
     """One step: its title and explanation (unless the page around it says them), the check, the code."""
     intro = (f"<h3>Step {step.number}: {inline_code_html(step.title)}</h3>{inline_markdown(step.explanation)}"
              if heading else "")
-    return (f"{intro}<h4>The check</h4>{code_html(step.check_code)}{check_html(check)}"
+    check_code = Path(step.check_program).read_text().strip()
+    return (f"{intro}<h4>The check</h4>{code_html(check_code)}{check_html(check, step.bring_up.device)}"
             f"<h4>The code of this step</h4>{sources_html(step)}")
 
 
 class GuideStepper(ExplorerWidget):
-    """The guide as steps: `GuideStepper(start="operators", run_checks=True)`; Next/Back move between steps."""
+    """A backend's guide as steps: `GuideStepper(torch_sim.GUIDE, start="operators", run_checks=True)`; Next/Back
+    move between steps, `only` keeps some of them."""
 
-    def __init__(self, start: str | int = 1, run_checks: bool = False, only: list[str] | None = None) -> None:
-        self.steps = [step for step in guide.steps() if only is None or step.name in only]
+    def __init__(self, guide_steps: Sequence[guide.GuideStep], start: str | int = 1, run_checks: bool = False,
+                 only: Sequence[str] | None = None) -> None:
+        self.guide = tuple(guide_steps)
+        if only is not None:
+            for name in only:
+                guide.find_step(self.guide, name)
+        self.steps = [step for step in self.guide if only is None or step.name in only]
         if not self.steps:
-            raise ValueError(f"no such steps: {only}")
+            raise ValueError("the guide has no steps: pass a backend's guide, e.g. torch_sim.GUIDE")
         names = [step.name for step in self.steps]
         if isinstance(start, str):
             if start not in names:
@@ -88,7 +107,7 @@ class GuideStepper(ExplorerWidget):
 
     def check(self) -> guide.StepCheck:
         self.position.value = message_html(f"running the check of {self.step.name} in fresh processes …")
-        result = self.checks[self.step.name] = guide.check_step(self.step.name)
+        result = self.checks[self.step.name] = guide.check_step(self.guide, self.step.name)
         self.position.value = f"step {self.index + 1} of {len(self.steps)}: <b>{escape(self.step.name)}</b>"
         self.render()
         return result
@@ -98,9 +117,16 @@ class GuideStepper(ExplorerWidget):
 
     def static_html(self) -> str:
         if len(self.steps) == 1:  # a step's own page: its heading and text already say what the step is
-            return f"<div class='explorer-widget guide'>{step_html(self.step, self.checks.get(self.step.name), False)}</div>"
+            page = step_html(self.step, self.checks.get(self.step.name), heading=False)
+            return f"<div class='explorer-widget guide'>{page}</div>"
         sections = "".join(
             f"<details{' open' if i == self.index else ''}><summary><b>Step {s.number}: "
             f"{inline_code_html(s.title)}</b></summary>{inline_markdown(s.explanation)}"
             f"{step_html(s, self.checks.get(s.name), False)}</details>" for i, s in enumerate(self.steps))
         return f"<div class='explorer-widget guide'>{sections}</div>"
+
+
+def guide_step(guide_steps: Sequence[guide.GuideStep], step: str, run_checks: bool = True) -> GuideStepper:
+    """One step's page of a backend's guide, its check run before and after the step:
+    `guide_step(torch_sim.GUIDE, "guard")`."""
+    return GuideStepper(guide_steps, start=step, only=[step], run_checks=run_checks)

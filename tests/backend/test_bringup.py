@@ -1,18 +1,52 @@
-"""Staged bring-up: each step's check fails before the step and works after it, in a fresh process."""
+"""Staged bring-up: each step's record, and its check failing before the step and working after it."""
+import ast
+from pathlib import Path
+
 import pytest
 
 import torch_sim
-from torch_sim import STEPS, bringup_checks
+from pu1_explorer.guide import error_summary, find_step, run_check, step_before
+from torch_sim.steps import GUIDE
 from tests.conftest import run_python
 
+BACKEND = Path(torch_sim.__file__).parent
 
-@pytest.mark.parametrize("step", STEPS)
+
+@pytest.mark.parametrize("step", torch_sim.STEPS)
 def test_check_fails_before_and_works_after(step):
-    before = bringup_checks.run_check(step, bringup_checks.step_before(step))
-    after = bringup_checks.run_check(step, step)
+    record = find_step(GUIDE, step)
+    before = run_check(record, step_before(GUIDE, step))
+    after = run_check(record, step)
     assert not before.succeeded, f"{step}: the check already worked before the step: {before.output}"
     assert before.error, f"{step}: no error message before the step"
     assert after.succeeded, f"{step}: the check failed after the step: {after.error}"
+
+
+def test_the_records_number_the_steps_and_name_each_once():
+    assert [step.number for step in GUIDE] == list(range(1, len(GUIDE) + 1)) and len(GUIDE) == 14
+    assert torch_sim.STEPS == tuple(step.name for step in GUIDE) and len(set(torch_sim.STEPS)) == len(GUIDE)
+    assert torch_sim.GUIDE is GUIDE
+
+
+def test_every_step_has_its_module_check_and_vendor_code_and_the_cpp_files_are_the_steps():
+    for step in GUIDE:
+        assert step.module_path == BACKEND / f"{step.name}.py" and step.module_path.is_file()
+        assert f"Step {step.number}, " in ast.get_docstring(ast.parse(step.module_path.read_text()))
+        ast.parse(step.check_program.read_text())  # a program of its own, not text in a string
+        assert step.vendor_code and not step.vendor_code.endswith("\n")
+        assert step.title and step.explanation and not step.explanation.startswith("Step ")
+        assert [source.path for source in step.sources][0] == f"backend/{step.name}.py"
+    with_cpp = {step.name for step in GUIDE if step.cpp_path is not None}
+    assert with_cpp == {path.stem for path in (BACKEND / "csrc").glob("*.cpp")} - {"runtime"}
+    assert {"device_module", "autograd", "autoload", "compile"}.isdisjoint(with_cpp)
+
+
+def test_every_scorecard_probe_grades_exactly_one_step():
+    from pu1_explorer.conformance import PROBE_NAMES
+
+    graded = [probe for step in GUIDE for probe in step.probes]
+    assert sorted(graded) == sorted(PROBE_NAMES)
+    assert find_step(GUIDE, "hooks").probes == ("torch.accelerator", "pinned memory")
 
 
 def test_bring_up_to_a_step_installs_exactly_the_steps_before_it():
@@ -31,6 +65,8 @@ def test_step_from_the_environment_with_autoload():
 def test_unknown_step_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown bring-up step 'kernels'; the steps are: device_module, hooks"):
         torch_sim.bring_up("kernels")
+    with pytest.raises(ValueError, match="unknown step 'kernels'; the steps are: device_module, hooks"):
+        step_before(GUIDE, "kernels")
 
 
 def test_a_feature_of_a_missing_step_names_the_step():
@@ -41,4 +77,4 @@ def test_a_feature_of_a_missing_step_names_the_step():
 
 
 def test_a_crash_is_reported_as_a_crash():
-    assert "SIGSEGV" in bringup_checks.error_summary("", -11)
+    assert "SIGSEGV" in error_summary("", -11)

@@ -98,7 +98,7 @@ def test_compiled_transformer_layer_forward_and_backward_match_eager():
 
 
 def test_compiled_embedding_and_transformer_training_step_matches_eager():
-    from torch_sim import workloads
+    from pu1_explorer import workloads
 
     losses = {}
     for compiled in (False, True):

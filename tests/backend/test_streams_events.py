@@ -26,17 +26,26 @@ def test_stream_context_sets_and_restores_the_current_stream():
 
 
 def test_events_record_wait_query_and_time():
+    """elapsed_time() is the host's monotonic time between the two recordings, in milliseconds: it lies between
+    what the host clock measures inside and around them, however loaded the machine is."""
     stream = torch.sim.Stream()
     start = torch.sim.Event(enable_timing=True)
     end = torch.sim.Event(enable_timing=True)
+    around_start = time.monotonic()
     start.record(stream)
-    time.sleep(0.02)
+    inside_start = time.monotonic()
+    with torch.sim.stream(stream):
+        result = torch.ones(3, device="sim") * 2
+    inside_end = time.monotonic()
     end.record(stream)
+    around_end = time.monotonic()
     end.wait(torch.sim.current_stream())
     assert end.query()
     end.synchronize()
     elapsed = start.elapsed_time(end)
-    assert 15 <= elapsed < 5000
+    rounding = 1e-3  # milliseconds: the two clocks' readings go through different float conversions
+    assert (inside_end - inside_start) * 1000 - rounding <= elapsed <= (around_end - around_start) * 1000 + rounding
+    assert torch.equal(result.cpu(), torch.full((3,), 2.0))
 
 
 def test_elapsed_time_of_an_unrecorded_event_is_a_clear_error():

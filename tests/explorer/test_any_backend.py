@@ -6,7 +6,7 @@ import textwrap
 
 import torch
 
-from pu1_explorer.coverage import coverage
+from pu1_explorer.op_coverage import coverage
 from pu1_explorer.fallback_report import monitor_fallbacks
 from tests.conftest import run_python
 from tests.explorer.test_foreign_backend import FOREIGN_BACKEND

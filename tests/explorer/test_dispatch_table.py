@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from pu1_explorer import UnknownOperatorError, computed_table, dispatch_table, resolve_operator
-from pu1_explorer.dispatch_table import canonical_key
+from pu1_explorer.dispatch_tables import canonical_key
 
 
 def kinds(operator, keys):

@@ -1,4 +1,4 @@
-"""The explorer on "toy", a second C++ PrivateUse1 backend (tests/fixture_backend) that is not sim.
+"""The explorer on "toy", a second C++ PrivateUse1 backend (examples/toy) that is not sim.
 
 Each test runs a fresh interpreter that imports torch_toy explicitly (sim's autoload is off there).
 The first tests check the fixture itself; the rest run every explorer function, command and widget on it.
@@ -9,14 +9,14 @@ import json
 import os
 import subprocess
 import sys
+import shutil
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import run_python
-from tests.fixture_backend import FixtureBuildError, build_fixture_backend
+from tests.toy_backend import TOY_SOURCE, ToyBuildError, build_toy_backend, toy_library
 
 PRELUDE = "import json, os, torch, torch_toy\nassert not hasattr(torch, 'sim')\n"
 
@@ -39,11 +39,14 @@ def run_cli(arguments: list[str], env: dict[str, str], cwd: Path, timeout: float
 
 
 def test_build_is_reused_and_torch_toy_does_not_autoload(fixture_backend_env):
-    """A second build call reuses the library; `import torch` alone leaves PrivateUse1 unnamed."""
-    directory = Path(fixture_backend_env["PYTHONPATH"].split(os.pathsep)[-1]).parent
-    started = time.perf_counter()
-    assert build_fixture_backend(directory) == fixture_backend_env
-    assert time.perf_counter() - started < 2
+    """A second build call keeps the installed library (the same file, untouched); `import torch` alone leaves
+    PrivateUse1 unnamed."""
+    target = Path(fixture_backend_env["PYTHONPATH"])
+    library = toy_library(target)
+    before = library.stat()
+    assert build_toy_backend(target) == fixture_backend_env
+    after = toy_library(target).stat()
+    assert (after.st_ino, after.st_mtime_ns, after.st_size) == (before.st_ino, before.st_mtime_ns, before.st_size)
     result = run_python("import torch; print(torch._C._get_privateuse1_backend_name(), hasattr(torch, 'toy'))",
                         **fixture_backend_env)
     assert result.returncode == 0, result.stderr
@@ -51,14 +54,15 @@ def test_build_is_reused_and_torch_toy_does_not_autoload(fixture_backend_env):
 
 
 def test_a_compile_error_is_one_clear_line(tmp_path):
-    """A broken source fails the build with the compiler's first error, not a wall of output."""
-    broken = tmp_path / "broken.cpp"
-    broken.write_text("int main() { return undeclared_name; }\n")
-    with pytest.raises(FixtureBuildError) as raised:
-        build_fixture_backend(tmp_path / "out", sources=[broken])
+    """A broken copy of toy fails the build with the compiler's first error, not a wall of output."""
+    source = tmp_path / "toy"
+    shutil.copytree(TOY_SOURCE, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    (source / "csrc" / "toy.cpp").write_text("int main() { return undeclared_name; }\n")
+    with pytest.raises(ToyBuildError) as raised:
+        build_toy_backend(tmp_path / "out", source)
     message = str(raised.value)
     assert "\n" not in message
-    assert "broken.cpp" in message and "undeclared_name" in message
+    assert "toy.cpp" in message and "undeclared_name" in message
 
 
 def test_tensors_views_resize_set_and_scalars(fixture_backend_env):
@@ -286,15 +290,13 @@ def _subtree(hops: list[list], root: int) -> list[list]:
     return result
 
 
-@pytest.mark.parametrize("recorder", ["native", "python"])
-def test_trace_shows_the_copying_fallback(fixture_backend_env, recorder):
+def test_trace_shows_the_copying_fallback(fixture_backend_env):
     """trace('toy'): flip's PrivateUse1 hop is the fallback, which copies (aten::_to_cpu) and runs flip on the CPU;
     sub's own kernel does the same below its PrivateUse1 hop (with a wrapped scalar too); add stays on toy."""
-    env = {**fixture_backend_env, "PU1_EXPLORER_TRACER": recorder}
     out = run_toy("""
         print(json.dumps({"sub": hops_of(lambda: a - b), "flip": hops_of(lambda: torch.flip(a, [0])),
                           "add": hops_of(lambda: a + b), "sub_scalar": hops_of(lambda: a - 1)}))
-    """, env, helpers=TRACE_HOPS)
+    """, fixture_backend_env, helpers=TRACE_HOPS)
     assert [name for name, hops in out.items() if isinstance(hops, dict)] == [], out
     for name, operator in (("flip", "aten::flip"), ("sub", "aten::sub.Tensor"), ("sub_scalar", "aten::sub.Tensor")):
         hops = out[name]
@@ -366,7 +368,7 @@ def test_the_rest_of_the_engine_on_toy(fixture_backend_env):
     """computed_table, fallback_operators, observe, diff, run_traced and the trace exports, all on toy."""
     out = run_toy("""
         import pu1_explorer
-        from pu1_explorer.coverage import observe
+        from pu1_explorer.op_coverage import observe
         from pu1_explorer.fallback_report import fallback_operators, monitor_fallbacks
         from pu1_explorer.tracer import run_traced
         table = pu1_explorer.computed_table("aten::mul.Tensor")
@@ -405,7 +407,7 @@ def test_the_rest_of_the_engine_on_toy(fixture_backend_env):
 def test_scorecard_on_toy(fixture_backend_env):
     """The conformance scorecard runs its probes against toy: what toy has passes, what it lacks does not."""
     out = run_toy("""
-        from pu1_explorer.scorecard import scorecard
+        from pu1_explorer.conformance import scorecard
         names = ["device module", "torch.accelerator", "devices and guard", "allocator statistics", "operators",
                  "generator"]
         environment = {name: os.environ[name] for name in ("PYTHONPATH", "TORCH_DEVICE_BACKEND_AUTOLOAD")}

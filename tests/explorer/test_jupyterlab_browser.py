@@ -1,6 +1,7 @@
 """A real JupyterLab on 127.0.0.1, a real Chromium: run a notebook with the visualizer and the stepper, click through."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,12 +11,12 @@ import urllib.request
 import nbformat
 import pytest
 
-from tests.browser import browser_page, free_port
+from tests.browser import browser_page
 
 CELLS = [
     "import torch\nfrom pu1_explorer.widgets import DispatchVisualizer, GuideStepper, setup_notebook\nsetup_notebook()",
     "visualizer = DispatchVisualizer('torch.ones(3, device=device).relu()', compare_with=None)\nvisualizer",
-    "stepper = GuideStepper(start='generator')\nstepper",
+    "import torch_sim\nstepper = GuideStepper(torch_sim.GUIDE, start='generator')\nstepper",
 ]
 
 
@@ -28,21 +29,24 @@ def jupyterlab(tmp_path_factory):
     notification_settings = root / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     notification_settings.parent.mkdir(parents=True)
     notification_settings.write_text('{"fetchNews": "false", "checkForUpdates": false}')  # no news toast
-    port, token = free_port(), "explorer-test"
+    token = "explorer-test"
     environment = dict(os.environ, SIM_FALLBACK="silent", JUPYTER_CONFIG_DIR=str(root / "config"),
-                       JUPYTERLAB_SETTINGS_DIR=str(root / "settings"), JUPYTERLAB_WORKSPACES_DIR=str(root / "ws"))
+                       JUPYTERLAB_SETTINGS_DIR=str(root / "settings"), JUPYTERLAB_WORKSPACES_DIR=str(root / "ws"),
+                       JUPYTER_RUNTIME_DIR=str(root / "runtime"))
+    # port 0: the server takes a free port from the system and writes it into its runtime file
     server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", "--port=0", "--ServerApp.port_retries=0",
          f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--allow-root",
          "--LabApp.extension_manager=readonly", "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=", "--ServerApp.quit_button=False"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environment, cwd=root)
-    base = f"http://127.0.0.1:{port}"
+    runtime_file = root / "runtime" / f"jpserver-{server.pid}.json"
     deadline = time.time() + 120
     while time.time() < deadline:
         try:
+            base = f"http://127.0.0.1:{json.loads(runtime_file.read_text())['port']}"
             urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
             break
-        except OSError:
+        except (OSError, ValueError, KeyError):  # no runtime file yet, a file being written, or not serving yet
             if server.poll() is not None:
                 pytest.fail("JupyterLab exited: " + server.stdout.read().decode(errors="replace")[-2000:])
             time.sleep(0.5)

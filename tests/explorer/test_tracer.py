@@ -1,5 +1,6 @@
 """The tracer: hops in order, nesting, skipped fallthroughs, faithfulness and table restoration."""
 import json
+import sys
 from pathlib import Path
 
 import jsonschema
@@ -7,13 +8,11 @@ import pytest
 import torch
 
 import pu1_explorer
-from torch_sim import workloads
-from pu1_explorer import trace
+from pu1_explorer import trace, workloads
+from pu1_explorer import tracer as tracer_module
 from pu1_explorer.boxed import native_helper
-
-
-def all_tables():
-    return {name: torch._C._dispatch_dump_table(name) for name in torch._C._dispatch_get_all_op_names()}
+from pu1_explorer.dispatch_tables import FALLTHROUGH, MISSING, entry_from_dump
+from tests.explorer.trace_checks import all_tables, disagreements
 
 
 def hops_of(recorded, operator):
@@ -160,29 +159,18 @@ def test_a_collective_on_sim_is_traced_to_the_device_kernel_and_the_tables_are_r
     assert tensor.tolist() == [1.0, 1.0, 1.0]
 
 
-# ----------------------------------------------------------------- native recording
-# The hops are recorded by C++ kernels (pu1_explorer._native.HopRecorder); the original
-# recording with Python kernels stays as the reference they must agree with.
-from pu1_explorer import tracer as tracer_module  # noqa: E402
-from pu1_explorer.dispatch_table import FALLTHROUGH, MISSING, entry_from_dump  # noqa: E402
-
-
-def recorded_with(native, device, program):
-    """Run `program` (which builds its own inputs) under a trace recorded natively or in Python."""
-    tracer = tracer_module.Tracer(device, native=native)
-    tracer.install()
-    try:
-        program()
-    except Exception:  # the programs that fail on purpose; the trace keeps the error
-        pass
-    finally:
-        tracer.uninstall()
-    return tracer.trace
-
-
-def comparable(recorded):
-    return [(hop.index, hop.operator, hop.key, hop.kind, hop.depth, hop.parent, hop.phase, hop.skipped, hop.keyset,
-             hop.provenance, [(t.shape, t.dtype, t.device) for t in hop.inputs], hop.error) for hop in recorded.hops]
+# ----------------------------------------------------------------- the recording against the tables
+def recorded_run(device, program, raises=None):
+    """The trace of `program` (which builds its own inputs); `raises` is the (type, message pattern) of the
+    error the program must end with, or None when it must not fail."""
+    if raises is None:
+        with trace(device) as recorded:
+            program()
+        return recorded
+    with pytest.raises(raises[0], match=raises[1]):
+        with trace(device) as recorded:
+            program()
+    return recorded
 
 
 def backward_of_a_product():
@@ -218,30 +206,50 @@ def a_kernel_that_fails():
     torch.ones(2, device="sim:0") + torch.ones(2, device="sim:1")
 
 
-PROGRAMS = {
-    "backward": ("sim", backward_of_a_product),
-    "mlp-sim": ("sim", mlp_forward_backward("sim")),
-    "mlp-cpu": ("cpu", mlp_forward_backward("cpu")),
-    "wrapped-numbers": ("sim", wrapped_numbers),
-    "views-inplace-autocast": ("sim", views_inplace_and_autocast),
-    "error": ("sim", a_kernel_that_fails),
+SAME_DEVICE = (RuntimeError, "Expected all tensors to be on the same device")
+PROGRAMS = {  # name: (device, program, the error it ends with)
+    "backward": ("sim", backward_of_a_product, None),
+    "mlp-sim": ("sim", mlp_forward_backward("sim"), None),
+    "mlp-cpu": ("cpu", mlp_forward_backward("cpu"), None),
+    "wrapped-numbers": ("sim", wrapped_numbers, None),
+    "views-inplace-autocast": ("sim", views_inplace_and_autocast, None),
+    "error": ("sim", a_kernel_that_fails, SAME_DEVICE),
 }
 
 
-def test_native_recording_is_the_default():
-    assert tracer_module.native_recording_available()
-    assert tracer_module.Tracer("sim").native
-
-
 @pytest.mark.parametrize("name", PROGRAMS)
-def test_native_and_python_recordings_agree_hop_for_hop(name):
-    """Operator, key, kind, depth, parent, phase, skipped, key set, provenance, inputs and error of every hop."""
-    device, program = PROGRAMS[name]
-    native = recorded_with(True, device, program)
-    python = recorded_with(False, device, program)
-    assert len(native.hops) > 5
-    assert comparable(native) == comparable(python)
-    assert native.wrapped_operators == python.wrapped_operators
+def test_every_hop_agrees_with_the_dispatch_tables(name):
+    """Kind and provenance of every executed hop, the fallthroughs skipped before it, nesting and key order,
+    against the tables computed before the run; a failing program records its error on the hops it unwound."""
+    device, program, raises = PROGRAMS[name]
+    tables = all_tables()
+    recorded = recorded_run(device, program, raises)
+    assert len(recorded.hops) > 5
+    assert disagreements(recorded, tables, "cpu" if device == "cpu" else "privateuse1") == []
+    assert any(hop.skipped for hop in recorded.hops)
+    assert any(hop.phase == "backward" for hop in recorded.hops) == name.startswith(("backward", "mlp", "wrapped"))
+    failed = [hop for hop in recorded.hops if hop.error]
+    if raises is None:
+        assert failed == [] and recorded.error is None
+    else:
+        assert failed and all(hop.error.startswith(f"{raises[0].__name__}: {raises[1]}") for hop in failed)
+        assert recorded.error.startswith(f"{raises[0].__name__}: {raises[1]}")
+
+
+def test_a_call_starts_with_its_tensors_keys_and_the_threads_included_keys():
+    x = torch.randn(3, device="sim", requires_grad=True)
+
+    def names(keyset):
+        text = str(keyset)
+        return {part.strip() for part in text[text.find("(") + 1: text.rfind(")")].split(",") if part.strip()}
+
+    expected = ((names(torch._C._dispatch_keys(x)) | names(torch._C._dispatch_tls_local_include_set()))
+                - names(torch._C._dispatch_tls_local_exclude_set()))
+    with trace("sim") as recorded:
+        x.neg()
+    first = recorded.hops[0]
+    assert first.operator == "aten::neg" and first.parent is None
+    assert set(first.keyset) == expected and "AutogradPrivateUse1" in expected
 
 
 def test_wrapped_number_scalars_reach_the_kernels_as_tensors():
@@ -279,24 +287,23 @@ def test_a_python_exception_inside_a_kernel_keeps_its_type():
             raise ValueError("erfcx is not for today\nsecond line")
 
         library.impl("special_erfcx", refuse, "PrivateUse1")
-        hops = {}
-        for native in (True, False):
-            hops[native] = [hop.error for hop in recorded_with(native, "sim", lambda: torch.special.erfcx(
-                torch.ones(2, device="sim"))).hops if hop.error]
+        recorded = recorded_run("sim", lambda: torch.special.erfcx(torch.ones(2, device="sim")),
+                                (ValueError, "erfcx is not for today"))
     finally:
         library._destroy()
-    assert hops[True] == hops[False] and hops[True][-1] == "ValueError: erfcx is not for today"
+    errors = [hop.error for hop in recorded.hops if hop.error]
+    assert errors and all(error == "ValueError: erfcx is not for today" for error in errors)
+    assert [hop.key for hop in recorded.hops if hop.error] == ["AutogradPrivateUse1", "PrivateUse1"]
 
 
-@pytest.mark.parametrize("native", [True, False])
-def test_nested_traces_are_refused_clearly(native):
+def test_nested_traces_are_refused_clearly():
     before = all_tables()
     with trace("sim") as outer:
         with pytest.raises(RuntimeError, match="a trace is already active"):
             with trace("sim"):
                 pass
         with pytest.raises(RuntimeError, match="already active"):
-            tracer_module.Tracer("cpu", native=native).install()
+            tracer_module.Tracer("cpu").install()
         torch.ones(2, device="sim").neg()
     assert all_tables() == before
     assert "aten::neg" in outer.operators()
@@ -304,11 +311,22 @@ def test_nested_traces_are_refused_clearly(native):
         pass
 
 
-@pytest.mark.parametrize("native", [True, False])
-def test_each_recording_restores_the_tables_exactly(native):
+def test_a_missing_compiled_helper_is_a_clear_error_and_leaves_no_trace_active(monkeypatch):
+    with monkeypatch.context() as patched:
+        patched.delattr(pu1_explorer, "_native")
+        patched.setitem(sys.modules, "pu1_explorer._native", None)
+        with pytest.raises(ImportError, match=r"pu1_explorer\._native is missing or broken .* rebuild it"):
+            with trace("sim"):
+                pass
+    with trace("sim") as recorded:
+        torch.ones(2, device="sim").neg()
+    assert "aten::neg" in recorded.operators()
+
+
+def test_each_recording_restores_the_tables_exactly():
     before = all_tables()
-    recorded_with(native, "sim", backward_of_a_product)
-    recorded_with(native, "cpu", mlp_forward_backward("cpu"))
+    recorded_run("sim", backward_of_a_product)
+    recorded_run("cpu", mlp_forward_backward("cpu"))
     assert all_tables() == before
 
 
@@ -324,16 +342,18 @@ def test_hops_can_be_read_while_the_trace_runs():
     assert [hop.index for hop in recorded.hops] == list(range(len(recorded.hops)))
 
 
-def test_the_native_plan_matches_the_dispatch_table_dumps():
-    """Every wrapped (operator, key) and its kind and provenance, as the dumps give them, for sim's keys."""
+def test_the_wrapped_kernels_are_those_of_the_dispatch_table_dumps():
+    """Every wrapped (operator, key) and its kind and provenance, as the dumps give them, for sim's keys (the
+    provenance read back from each wrapped kernel itself); and the fallthrough test the hops use agrees with
+    the dumps."""
     keys = tracer_module.TRACE_KEYS["privateuse1"]
-    recorder = native_helper().HopRecorder(list(tracer_module.TRACED_NAMESPACES),
-                                                   sorted(tracer_module.UNTRACED_OPERATORS), list(keys))
-    collector = tracer_module._NativeHops(recorder, tracer_module.Trace(), {})
-    native = {site[:2]: collector._site_entry(index) for index, site in enumerate(recorder.sites())}
+    plan = tracer_module.WrapPlan(tracer_module.TRACED_NAMESPACES, keys)
+    recorder = native_helper().HopRecorder(plan=plan.sites)
+    collector = tracer_module._NativeHops(recorder, plan, tracer_module.Trace(), {})
+    wrapped = {site[:2]: collector._site_entry(index) for index, site in enumerate(recorder.sites())}
     expected = {}
     for operator in torch._C._dispatch_get_all_op_names():
-        if operator.split("::")[0] not in tracer_module.TRACED_NAMESPACES or operator in tracer_module.UNTRACED_OPERATORS:
+        if operator.split("::")[0] not in tracer_module.TRACED_NAMESPACES:
             continue
         dump = torch._C._dispatch_dump_table(operator)
         for key in keys:
@@ -341,9 +361,13 @@ def test_the_native_plan_matches_the_dispatch_table_dumps():
             if entry.kind not in (FALLTHROUGH, MISSING):
                 expected[operator, key] = (entry.kind, entry.provenance)
         for key in ("ADInplaceOrView", "BackendSelect", "AutocastCPU", "Python", "Functionalize"):
-            assert native_helper().computed_is_fallthrough(operator, key) == (
+            assert plan.is_fallthrough(operator, key) == (
                 entry_from_dump(operator, dump, key).kind == FALLTHROUGH), (operator, key)
-    assert native == expected
+    assert wrapped == expected
+    assert recorder.operator_count() == len({operator for operator, _ in expected})
+    with trace("sim") as recorded:
+        pass
+    assert recorded.wrapped_operators == recorder.operator_count()
 
 
 def test_a_kernel_registered_between_traces_is_seen_by_the_next_trace():
@@ -354,62 +378,30 @@ def test_a_kernel_registered_between_traces_is_seen_by_the_next_trace():
     def reached(recorded):
         return {(hop.operator, hop.kind) for hop in recorded.hops if hop.key == "PrivateUse1" and not hop.skipped}
 
-    assert ("aten::special_erfcx.out", "fallback") in reached(recorded_with(True, "sim", erfcx))
+    assert ("aten::special_erfcx.out", "fallback") in reached(recorded_run("sim", erfcx))
     library = torch.library.Library("aten", "IMPL")
     try:
         library.impl("special_erfcx", lambda x: torch.zeros_like(x), "PrivateUse1")
-        step = recorded_with(True, "sim", erfcx)
+        step = recorded_run("sim", erfcx)
         assert ("aten::special_erfcx", "kernel") in reached(step)
         kernel = next(hop for hop in step.hops if hop.operator == "aten::special_erfcx" and hop.key == "PrivateUse1")
         assert kernel.provenance.startswith("tests/explorer/test_tracer.py:")
     finally:
         library._destroy()
-    assert ("aten::special_erfcx.out", "fallback") in reached(recorded_with(True, "sim", erfcx))
-
-
-BRING_UP_AND_TRACE = """
-import torch_sim
-import torch
-from pu1_explorer import tracer
-
-def program(device):
-    # No backward before sim's steps are in: the autograd engine sizes its device queues at the first backward.
-    def run():
-        x = torch.ones(2, 3, device=device, requires_grad=device == "sim" and "autograd" in torch_sim.installed_steps())
-        (x * 2.0).sum().backward() if x.requires_grad else (x * 2.0).sum()
-    return run
-
-def signature(recorded):
-    return [(h.operator, h.key, h.kind, h.depth, h.parent, h.phase, h.skipped, h.keyset, h.provenance, h.error)
-            for h in recorded.hops]
-
-for step in torch_sim.STEPS:
-    torch_sim.bring_up(step)
-    devices = ["sim"] if "operators" in torch_sim.installed_steps() else ["cpu"]
-    for device in devices:
-        traces = []
-        for native in (True, False):
-            recorder = tracer.Tracer(device, native=native)
-            recorder.install()
-            try:
-                program(device)()
-            finally:
-                recorder.uninstall()
-            traces.append(signature(recorder.trace))
-        backend = sorted({(h[1], h[2]) for h in traces[0] if h[1] == "PrivateUse1" and not h[6]})
-        print(step, device, traces[0] == traces[1], len(traces[0]), backend)
-"""
+    assert ("aten::special_erfcx.out", "fallback") in reached(recorded_run("sim", erfcx))
 
 
 def test_a_backend_brought_up_step_by_step_is_traced_faithfully_after_every_step():
-    """Tracing after each bring-up step in one process: the native recording agrees with the Python one each time,
-    so no plan from an earlier step is reused."""
+    """Tracing after each bring-up step in one process: every hop agrees with the tables of that moment, so no
+    plan from an earlier step is reused."""
     from tests.conftest import run_python
 
-    result = run_python(BRING_UP_AND_TRACE, timeout=600, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    root = Path(__file__).resolve().parents[2]
+    result = run_python("from tests.explorer.trace_checks import main; main()", timeout=600, cwd=root,
+                        TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     assert result.returncode == 0, result.stderr[-3000:]
-    lines = [line.split(" ", 3) for line in result.stdout.strip().splitlines()]
-    assert {line[0] for line in lines} >= {"operators", "autograd", "amp", "distributed"}
-    assert all(line[2] == "True" and int(line[3].split(" ")[0]) > 0 for line in lines), result.stdout
-    backend_hops = {line[0]: line[3] for line in lines if line[1] == "sim"}
-    assert "('PrivateUse1', 'kernel')" in backend_hops["operators"]
+    lines = [json.loads(line) for line in result.stdout.strip().splitlines()]
+    assert {line["step"] for line in lines} >= {"operators", "autograd", "amp", "distributed"}
+    assert all(line["hops"] > 0 and line["disagreements"] == [] for line in lines), result.stdout[-3000:]
+    backend = {line["step"]: line["backend"] for line in lines if line["device"] == "sim"}
+    assert ["PrivateUse1", "kernel"] in backend["operators"]

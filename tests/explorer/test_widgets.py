@@ -3,8 +3,9 @@ import pytest
 import torch
 
 from pu1_explorer.widgets import (CoverageExplorer, DispatchTable, DispatchVisualizer, FallbackMonitor, GuideStepper,
-                              MemoryMonitor)
+                              MemoryMonitor, guide_step)
 from pu1_explorer.widgets.figures import compare_figure, trace_figure
+from torch_sim import GUIDE
 
 
 def marker_traces(figure):
@@ -114,7 +115,7 @@ def test_monitor_reports_a_failing_step():
 
 
 def test_guide_stepper_moves_and_checks():
-    widget = GuideStepper(start="generator")
+    widget = GuideStepper(GUIDE, start="generator")
     assert "Step 7" in widget.body.value and "backend/generator.py" in widget.body.value
     widget.check_button.click()
     check = widget.checks["generator"]
@@ -128,7 +129,41 @@ def test_guide_stepper_moves_and_checks():
     html = widget.static_html()
     assert html.count("<details") >= 11 * 3 and "AutogradPrivateUse1" in html
     with pytest.raises(ValueError, match="unknown step 'kernels'"):
-        GuideStepper(start="kernels")
+        GuideStepper(GUIDE, start="kernels")
+    with pytest.raises(ValueError, match="unknown step 'kernels'; the steps are: device_module, hooks"):
+        GuideStepper(GUIDE, only=["kernels"])
+    with pytest.raises(ValueError, match="the guide has no steps: pass a backend's guide, e.g. torch_sim.GUIDE"):
+        GuideStepper([])
+
+
+def test_a_guide_step_page_checks_its_step_and_shows_the_check_program():
+    page = guide_step(GUIDE, "guard")
+    assert [step.name for step in page.steps] == ["guard"] and page.checks["guard"].demonstrates_the_step
+    assert "set_device_index" in page.body.value and "not linked with support for sim" in page.body.value
+    assert "backend/csrc/guard.cpp" in page.static_html() and "C10_REGISTER_GUARD_IMPL" in page.static_html()
+
+
+def test_the_guide_takes_any_backends_steps_as_data(tmp_path):
+    from types import SimpleNamespace
+
+    from pu1_explorer.guide import run_check
+
+    (tmp_path / "toy_bringup.py").write_text("import os\n\ndef up():\n    print('up to', os.environ['TOY_STEP'])\n")
+    program = tmp_path / "check.py"
+    program.write_text("import os\nprint('check sees', os.environ.get('TOY_STEP'), os.environ['TOY_X'])\n")
+    bring_up = SimpleNamespace(device="toy", function="toy_bringup:up", variable="TOY_STEP",
+                               environment={"TOY_X": "x", "PYTHONPATH": str(tmp_path)})
+    source = SimpleNamespace(caption="toy's code", path="toy/a.py", text="x = 1", language="python")
+    steps = [SimpleNamespace(number=number, name=name, title=f"The {name}", probes=(), explanation="Why `it` matters.",
+                             sources=[source], check_program=program, checks_autoload=False, bring_up=bring_up)
+             for number, name in enumerate(["first", "second"], start=1)]
+    assert run_check(steps[1], "first").output == "up to first\ncheck sees first x\n"
+    assert run_check(steps[0], None).output == "check sees None x\n"  # before the first step: nothing brought up
+    unnamed = SimpleNamespace(**{**vars(bring_up), "function": "toy_bringup"})
+    assert run_check(SimpleNamespace(**{**vars(steps[1]), "bring_up": unnamed}), "first").error == (
+        "ValueError: --bring-up 'toy_bringup': expected 'module:function', e.g. 'torch_sim:bring_up'")
+    page = GuideStepper(steps, start="second").body.value
+    assert "Step 2: The second" in page and "toy&#x27;s code <code>toy/a.py</code>" in page and "check sees" in page
 
 
 def test_static_html_draws_without_a_kernel(monkeypatch):
@@ -186,12 +221,12 @@ def test_the_memory_chart_leaves_out_series_that_stay_at_zero():
 
 
 def test_a_step_page_shows_the_python_module_and_the_cpp_file_highlighted_and_no_raw_markdown():
-    page = GuideStepper(start="distributed", only=["distributed"]).static_html()
+    page = GuideStepper(GUIDE, start="distributed", only=["distributed"]).static_html()
     assert "<h3>" not in page  # the page's own heading and text say what the step is
     assert "backend/distributed.py" in page and "backend/csrc/distributed.cpp" in page
     assert "c10d::Backend" in page and "<span style=" in page  # the real C++, highlighted
     assert "white-space:pre;" in page and "pre-wrap" not in page.split("The code of this step")[1]
-    live = GuideStepper(start="distributed").body.value
+    live = GuideStepper(GUIDE, start="distributed").body.value
     introduction = live.split("<h4>The check</h4>")[0]
     assert introduction.count("Step 14") == 1 and "`" not in introduction and "<code>" in introduction
 
@@ -207,7 +242,7 @@ def test_coverage_by_step_shows_where_operators_autograd_and_autocast_arrive():
     from pu1_explorer.guide import coverage_by_step
     from pu1_explorer.widgets.figures import bringup_coverage_figure
 
-    progress = {row.step: row for row in coverage_by_step()}
+    progress = {row.step: row for row in coverage_by_step(GUIDE)}
     assert progress["allocator"].counts["kernel"] == 0 and progress["allocator"].counts["fallback"] == 0
     assert progress["operators"].counts["kernel"] > 100 and progress["operators"].counts["missing"] == 0
     assert progress["generator"].autograd_kernels == 0 < progress["autograd"].autograd_kernels

@@ -17,6 +17,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from pu1_docs.notebook_cache import NotebookCache
+from pu1_docs.serve_site import site_server
 from tests.browser import CHROMIUM_FLAGS, chromium_path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,7 +73,7 @@ def site(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def served(site) -> str:
     """The site's address on 127.0.0.1, served as `make docs` serves it."""
-    server = load_hook("serve_site").site_server(site, 0)
+    server = site_server(site, 0)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}/"
@@ -113,11 +115,11 @@ def test_the_link_check_finds_a_dead_link(tmp_path):
 
 def test_the_build_ends_a_notebooks_kernel_at_once_after_its_last_cell(tmp_path, monkeypatch):
     # not with ipykernel's orderly shutdown, which can wait 2.5 s for SIGTERM (see `execute` in the hook)
-    from tests.explorer.test_forked_kernel import record_kernels
+    from tests.docs.test_forked_kernel import record_kernels
 
     hook = load_hook("notebooks")
     monkeypatch.setattr(hook, "EXECUTED", tmp_path / "executed")
-    monkeypatch.setattr(hook, "CACHE", tmp_path / "cache")
+    monkeypatch.setattr(hook, "NOTEBOOKS", NotebookCache(tmp_path / "cache", hook.ROOT, hook.NOTEBOOK_INPUTS))
     hook.EXECUTED.mkdir()
     kernels = record_kernels(monkeypatch)
     source = tmp_path / "short.ipynb"
@@ -126,11 +128,6 @@ def test_the_build_ends_a_notebooks_kernel_at_once_after_its_last_cell(tmp_path,
     assert (name, problems) == ("short.ipynb", [])
     assert nbformat.read(hook.EXECUTED / name, as_version=4).cells[0].outputs[0]["text"] == "42\n"
     assert [kernel.returncode for kernel in kernels] == [-signal.SIGKILL]
-
-
-def test_serving_a_folder_without_a_site_is_a_clear_error(tmp_path):
-    with pytest.raises(SystemExit, match="holds no built site.*make docs"):
-        load_hook("serve_site").site_server(tmp_path, 0)
 
 
 def test_every_link_and_anchor_between_the_pages_resolves(site):

@@ -1,0 +1,139 @@
+"""The bring-up steps of sim, one record each: the single definition every other part reads.
+
+A step's record names it once and derives the rest from the name: its module
+(`backend/<name>.py`, whose docstring explains the step), its C++ file
+(`backend/csrc/<name>.cpp`, when the step has C++), its check (`backend/checks/<name>.py`,
+a program that fails before the step and works after it) and the excerpt of what a
+vendor writes for it (`backend/guide_vendor/<name>.txt`). `probes` names the
+scorecard probes that grade the step.
+
+The records are also what `pu1_explorer.guide` takes (the explorer imports nothing of
+sim): hand it `torch_sim.GUIDE`. A fresh process is brought up to a step by calling
+`BRING_UP.function` with `BRING_UP.variable` naming the step (sim's SIM_BRINGUP_STEP).
+"""
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import ClassVar
+
+_PACKAGE = Path(__file__).parent
+
+
+@dataclass(frozen=True)
+class Source:
+    """Code a guide page shows: what it is (`caption`), where it lives (`path`, None for an excerpt), its text."""
+
+    caption: str
+    path: str | None
+    text: str
+    language: str
+
+
+@dataclass(frozen=True)
+class BringUp:
+    """How a fresh Python brings sim up to a step: set `variable` to the step's name, then call `function`."""
+
+    device: str
+    function: str  # "module:function", called with no arguments
+    variable: str
+    # more variables every check process gets (read-only)
+    environment: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+
+
+BRING_UP = BringUp("sim", "torch_sim:bring_up", "SIM_BRINGUP_STEP", MappingProxyType({"SIM_FALLBACK": "silent"}))
+
+
+@dataclass(frozen=True)
+class Step:
+    """One bring-up step: its number, its name (the label, spelled only here), its title and its scorecard probes."""
+
+    number: int
+    name: str
+    title: str
+    probes: tuple[str, ...]
+    # the check is about `import torch` loading the backend: before the step it runs with autoloading off
+    # and nothing brought up, after it with autoloading on
+    checks_autoload: bool = False
+    bring_up: ClassVar[BringUp] = BRING_UP
+
+    @property
+    def module(self) -> str:
+        """The module that installs the step."""
+        return f"torch_sim.{self.name}"
+
+    @property
+    def module_path(self) -> Path:
+        return _PACKAGE / f"{self.name}.py"
+
+    @property
+    def cpp_path(self) -> Path | None:
+        """The step's C++ file, None for a step that needs no C++ of its own."""
+        path = _PACKAGE / "csrc" / f"{self.name}.cpp"
+        return path if path.is_file() else None
+
+    @property
+    def check_program(self) -> Path:
+        """The check: a program that fails before the step and works after it."""
+        return _PACKAGE / "checks" / f"{self.name}.py"
+
+    @property
+    def vendor_code(self) -> str:
+        """What a vendor writes for the step, in short (C++ mostly; Python or TOML where the step needs no C++)."""
+        return (_PACKAGE / "guide_vendor" / f"{self.name}.txt").read_text().rstrip("\n")
+
+    @property
+    def explanation(self) -> str:
+        """The module's docstring without its 'Step N, name:' headline, one paragraph per line (little markdown)."""
+        text = ast.get_docstring(ast.parse(self.module_path.read_text())) or ""
+        headline, _, rest = text.partition("\n")
+        body = rest if ":" in headline else text
+        summary = headline.split(":", 1)[1].strip() if ":" in headline else ""
+        summary = summary[:1].upper() + summary[1:]
+        paragraphs = [_join_paragraph(part) for part in body.strip().split("\n\n") if part.strip()]
+        return "\n\n".join(([summary] if summary else []) + paragraphs)
+
+    @property
+    def sources(self) -> tuple[Source, ...]:
+        """What the step's page shows: sim's Python module, its C++ file if any, and the vendor's code."""
+        shown = [Source("sim's Python module", f"backend/{self.module_path.name}", self.module_path.read_text(),
+                        "python")]
+        if self.cpp_path is not None:
+            shown.append(Source("sim's C++ file", f"backend/csrc/{self.cpp_path.name}", self.cpp_path.read_text(),
+                                "cpp"))
+        shown.append(Source("The C++ a vendor writes for this step, in short", None, self.vendor_code, "cpp"))
+        return tuple(shown)
+
+
+def _join_paragraph(text: str) -> str:
+    """Unwrap a docstring paragraph, keeping list items ('- ...') on lines of their own."""
+    items: list[str] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("- ") or not items:
+            items.append(stripped)
+        else:
+            items[-1] += " " + stripped
+    return "\n".join(items)
+
+
+GUIDE: tuple[Step, ...] = (
+    Step(1, "device_module", "Name the device and register its Python module", ("device module",)),
+    Step(2, "hooks", "Register the PrivateUse1 hooks", ("torch.accelerator", "pinned memory")),
+    Step(3, "guard", "Implement the device guard", ("devices and guard",)),
+    Step(4, "allocator", "Provide a device allocator", ("allocator statistics",)),
+    Step(5, "operators", "Register operators and a fallback",
+         ("operators", "attention", "RNNs", "opinfo differential", "opinfo bad inputs")),
+    Step(6, "streams_events", "Support streams and events", ("streams and events",)),
+    Step(7, "generator", "Provide random number generators", ("generator",)),
+    Step(8, "autograd", "Customise autograd where the device needs it", ("autograd on layers",)),
+    Step(9, "amp", "Enable automatic mixed precision", ("autocast (AMP)",)),
+    Step(10, "serialization", "Make tensors save and load", ("serialization",)),
+    Step(11, "autoload", "Load the backend with `import torch`", ("autoload",), checks_autoload=True),
+    Step(12, "profiler", "Report device time to the profiler", ("profiler",)),
+    Step(13, "compile", "Compile for the device with torch.compile", ("torch.compile",)),
+    Step(14, "distributed", "Run torch.distributed on the device", ("distributed",)),
+)

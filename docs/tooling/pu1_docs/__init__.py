@@ -1,0 +1,3 @@
+"""The docs build's tooling, apart from the product: forked notebook kernels (`forked_kernel`), the cache of executed
+notebooks (`notebook_cache`) and the server for the built site (`serve_site`). The mkdocs hook in docs/hooks uses
+them."""

@@ -106,8 +106,12 @@ def extension(name: str, folder: str) -> list[CppExtension]:
         return []
     # kineto's headers (the activity-profiler interface of backend/csrc/profiler.cpp) sit beside torch's.
     kineto = [str(Path(path) / "kineto") for path in include_paths() if (Path(path) / "kineto").is_dir()]
-    # -g0: Python's flags ask for debug information, which nearly doubles the compile and makes objects 50x larger
-    return [CppExtension(name, sources, include_dirs=[str(ROOT / folder), *kineto], extra_compile_args=["-O2", "-g0"])]
+    # -g0: Python's flags ask for debug information, which nearly doubles the compile and makes objects 50x larger.
+    # The prefix map keeps __FILE__ (the file:line torch shows for a registration or an error) relative to the
+    # project, "backend/csrc/...", also when ccache has made the sources' paths relative to the build folder.
+    from_build_folder = os.path.relpath(ROOT.resolve(), BUILD_FOLDER) + "/"
+    flags = ["-O2", "-g0", f"-fmacro-prefix-map={from_build_folder}="]
+    return [CppExtension(name, sources, include_dirs=[str(ROOT / folder), *kineto], extra_compile_args=flags)]
 
 
 if __name__ == "__main__":

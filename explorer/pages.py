@@ -19,6 +19,12 @@ TEMPLATES = Path(__file__).with_name("templates")
 STATUS_COLOURS = {"passed": "#2e7d32", "failed": "#c62828", "skipped": "#757575", "crashed": "#6a1b9a",
                   "timed out": "#ef6c00", "mismatched": "#c62828", "errored": "#ad1457"}
 UNKNOWN_COLOUR = "#555555"
+# how a dispatch-table entry or a coverage row resolves, in every figure and page
+KIND_COLOURS = {
+    "kernel": STATUS_COLOURS["passed"], "composite_explicit": "#66bb6a", "composite_explicit_nonfunctional": "#9ccc65",
+    "composite_implicit": "#26a69a", "autograd": "#1e88e5", "fallback": STATUS_COLOURS["timed out"],
+    "fallthrough": "#bdbdbd", "missing": STATUS_COLOURS["failed"], "copies_to_cpu": "#8d6e63",
+}
 # The kinds of a widget's one-line message.
 MESSAGE_COLOURS = {"info": "#1565c0", "error": STATUS_COLOURS["failed"], "ok": STATUS_COLOURS["passed"],
                    "warning": STATUS_COLOURS["timed out"]}

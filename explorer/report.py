@@ -17,7 +17,7 @@ from pu1_explorer import pages
 from pu1_explorer.op_coverage import STATUS_ORDER, CoverageSnapshot
 from pu1_explorer.devices import backend_key
 from pu1_explorer.fallback_report import FallbackReport, monitor_fallbacks
-from pu1_explorer.widgets.figures import KIND_COLOURS
+from pu1_explorer.pages import KIND_COLOURS
 from pu1_explorer.workloads import WORKLOADS, train
 
 

@@ -23,12 +23,12 @@ side: `harness` (`compare`, `skip`, `report` and the messages), `probe_child`, `
 """
 from __future__ import annotations
 
-from pu1_explorer.conformance.results import (OP_STATUSES, STATUSES, GuideStep, OpResult, ProbeResult, Scorecard,
+from pu1_explorer.conformance.results import (OP_STATUSES, STATUSES, GradedStep, OpResult, ProbeResult, Scorecard,
                                               probe_steps)
 from pu1_explorer.conformance.runner import (OPINFO_MODES, PROBE_NAMES, PROBES, Probe, UnknownDeviceError,
                                              preflight, scorecard)
 from pu1_explorer.conformance.sweeps import QUICK_ERROR_OPS, QUICK_OPS, QUICK_SAMPLES, SWEEP_CHUNK, sweep_ops
 
 __all__ = ["OPINFO_MODES", "OP_STATUSES", "PROBES", "PROBE_NAMES", "QUICK_ERROR_OPS", "QUICK_OPS", "QUICK_SAMPLES",
-           "STATUSES", "SWEEP_CHUNK", "GuideStep", "OpResult", "Probe", "ProbeResult", "Scorecard",
+           "STATUSES", "SWEEP_CHUNK", "GradedStep", "OpResult", "Probe", "ProbeResult", "Scorecard",
            "UnknownDeviceError", "preflight", "probe_steps", "scorecard", "sweep_ops"]

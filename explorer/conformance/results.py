@@ -1,7 +1,7 @@
 """What a scorecard found: a result per probe and per swept operator, written as JSON, JUnit XML or one HTML page.
 
 A probe carries no guide step: which step a probe grades is the guide's knowledge. The writers and the
-widgets that show steps take the guide as data (`GuideStep`) and label each probe "N. title".
+widgets that show steps take the guide as data (`GradedStep`) and label each probe "N. title".
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ OP_STATUSES = ("passed", "mismatched", "errored", "crashed", "timed out", "skipp
 SCHEMA_VERSION = 2  # version 1 also gave each probe a "capability" (its guide step); from_json reads both
 
 
-class GuideStep(Protocol):
-    """One step of a bring-up guide as the scorecard's views read it (a backend's guide hands a sequence of these).
+class GradedStep(Protocol):
+    """The part of a guide step (`pu1_explorer.guide.GuideStep`) that the scorecard's views read.
 
     `number` and `title` label the step ("3. guard"), `name` identifies it, and `probes` names the scorecard
     probes (`PROBE_NAMES`) that grade it.
@@ -30,7 +30,7 @@ class GuideStep(Protocol):
     probes: tuple[str, ...]
 
 
-def probe_steps(guide: Iterable[GuideStep] | None) -> dict[str, str]:
+def probe_steps(guide: Iterable[GradedStep] | None) -> dict[str, str]:
     """Each probe's guide step as "N. title", for the probes the guide names (empty without a guide)."""
     steps: dict[str, str] = {}
     for step in guide or ():
@@ -134,7 +134,7 @@ class Scorecard:
         ElementTree.indent(root)
         return '<?xml version="1.0" encoding="utf-8"?>\n' + ElementTree.tostring(root, encoding="unicode") + "\n"
 
-    def to_html(self, guide: Iterable[GuideStep] | None = None) -> str:
+    def to_html(self, guide: Iterable[GradedStep] | None = None) -> str:
         """One self-contained page (no scripts, no network): a summary, a table coloured by status, the details.
 
         With a `guide`, each probe shows the step that it grades ("N. title"); without one the step column is left out.

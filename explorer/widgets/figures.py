@@ -15,14 +15,10 @@ from plotly.subplots import make_subplots
 from pu1_explorer.op_coverage import STATUS_ORDER, CoverageSnapshot
 from pu1_explorer.dispatch_tables import KERNEL_KINDS, KIND_DESCRIPTIONS, KernelEntry
 from pu1_explorer.keyset import Bit, KeySetPicture
+from pu1_explorer.pages import KIND_COLOURS
 from pu1_explorer.profile import TimelineSpan
 from pu1_explorer.tracer import Hop, Trace, key_priority
 
-KIND_COLOURS = {
-    "kernel": "#2e7d32", "composite_explicit": "#66bb6a", "composite_explicit_nonfunctional": "#9ccc65",
-    "composite_implicit": "#26a69a", "autograd": "#1e88e5", "fallback": "#ef6c00", "fallthrough": "#bdbdbd",
-    "missing": "#c62828", "copies_to_cpu": "#8d6e63",
-}
 HOST_KEY = "CPU"
 
 

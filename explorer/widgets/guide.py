@@ -15,6 +15,7 @@ from pathlib import Path
 import ipywidgets
 
 from pu1_explorer import guide
+from pu1_explorer.pages import STATUS_COLOURS
 from pu1_explorer.widgets.base import (ExplorerWidget, code_html, escape, folded_code_html, inline_code_html,
                                        inline_markdown, message_html)
 
@@ -23,8 +24,8 @@ def check_html(check: guide.StepCheck | None, device: str) -> str:
     """What the check did before and after the step, and how coverage moved on `device`'s keys."""
     if check is None:
         return "<p><i>Press “Run the check” to run it before and after this step, in fresh processes.</i></p>"
-    mark = lambda ok: ("<b style='color:#2e7d32'>works</b>" if ok  # noqa: E731
-                       else "<b style='color:#c62828'>fails</b>")
+    mark = lambda ok: (f"<b style='color:{STATUS_COLOURS['passed']}'>works</b>" if ok  # noqa: E731
+                       else f"<b style='color:{STATUS_COLOURS['failed']}'>fails</b>")
     coverage = ""
     if check.coverage_after is not None:
         changed = ", ".join(f"<code>{escape(change.operator)}</code>" for change in check.coverage_changes[:12])

@@ -5,7 +5,8 @@ from typing import Iterable, Sequence
 
 import ipywidgets
 
-from pu1_explorer.conformance import STATUSES, GuideStep, ProbeResult, Scorecard, probe_steps
+from pu1_explorer.conformance import STATUSES, GradedStep, ProbeResult, Scorecard, probe_steps
+from pu1_explorer.pages import STATUS_COLOURS
 from pu1_explorer.conformance.results import problem_ops
 from pu1_explorer.pages import badge, escape, status_colour
 from pu1_explorer.widgets.base import ExplorerWidget, figure_html
@@ -36,11 +37,11 @@ class ScorecardView(ExplorerWidget):
     """`ScorecardView(card)` or `ScorecardView([card_a, card_b])`: the probes of each scorecard (from
     `pu1_explorer.scorecard`) in a table, a column per device, every cell coloured by status.
 
-    With a `guide` (a sequence of `pu1_explorer.conformance.GuideStep`), each probe shows the guide step it grades.
+    With a `guide` (a sequence of `pu1_explorer.conformance.GradedStep`), each probe shows the guide step it grades.
     """
 
     def __init__(self, card_or_cards: Scorecard | Sequence[Scorecard], *, problems_only: bool = False,
-                 guide: Iterable[GuideStep] | None = None) -> None:
+                 guide: Iterable[GradedStep] | None = None) -> None:
         cards = [card_or_cards] if isinstance(card_or_cards, Scorecard) else list(card_or_cards)
         if not cards:
             raise ValueError("ScorecardView needs at least one scorecard")
@@ -97,4 +98,6 @@ class ScorecardView(ExplorerWidget):
 
     def _step_html(self, name: str) -> str:
         step = self.steps.get(name)
-        return f"<br><span style='font-size:.8em;color:#757575'>step {escape(step)}</span>" if step else ""
+        if not step:
+            return ""
+        return f"<br><span style='font-size:.8em;color:{STATUS_COLOURS['skipped']}'>step {escape(step)}</span>"

@@ -1,4 +1,6 @@
-"""Imports go one way: the explorer imports nothing of sim (a backend hands it data, e.g. its guide)."""
+"""Imports go one way: the explorer imports nothing of sim (a backend hands it data, e.g. its guide), and nothing
+the project ships or runs to build its pages (packages, notebooks, docs tooling, Makefile) imports the tests."""
+import json
 import ast
 import os
 import subprocess
@@ -10,21 +12,29 @@ import pu1_explorer
 EXPLORER = Path(pu1_explorer.__file__).parent
 
 
+PROJECT = EXPLORER.parent
+
+
 def _is_sim(module: str) -> bool:
     return module == "torch_sim" or module.startswith("torch_sim.")
 
 
-def sim_imports(source: str) -> list[str]:
-    """The modules of sim a Python source imports: import statements and import_module/__import__ of a constant."""
+def _is_tests(module: str) -> bool:
+    return module == "tests" or module.startswith("tests.")
+
+
+def sim_imports(source: str, wanted=_is_sim) -> list[str]:
+    """The modules a Python source imports that `wanted` picks (default: sim's): import statements and
+    import_module/__import__ of a constant."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            found += [alias.name for alias in node.names if _is_sim(alias.name)]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and _is_sim(node.module or ""):
+            found += [alias.name for alias in node.names if wanted(alias.name)]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and wanted(node.module or ""):
             found.append(node.module)
         elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None))
               in ("import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant)
-              and _is_sim(str(node.args[0].value))):
+              and wanted(str(node.args[0].value))):
             found.append(node.args[0].value)
     return found
 
@@ -51,3 +61,26 @@ def test_importing_every_module_of_the_explorer_loads_nothing_of_sim():
                             env=dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0"))
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[0] == str(len(names)) and result.stdout.strip().endswith("[]"), result.stdout
+
+
+def _product_sources() -> dict[str, str]:
+    """Every Python program the product ships or runs for its pages: the packages, examples, docs tooling and
+    hooks, and the code cells of the notebooks."""
+    sources = {str(path.relative_to(PROJECT)): path.read_text()
+               for folder in ("backend", "explorer", "examples", "docs") for path in (PROJECT / folder).rglob("*.py")}
+    for notebook in (PROJECT / "notebooks").glob("*.ipynb"):
+        cells = json.loads(notebook.read_text())["cells"]
+        code = "\n".join("".join(cell["source"]) for cell in cells if cell["cell_type"] == "code")
+        sources[f"notebooks/{notebook.name}"] = "\n".join(line for line in code.splitlines()
+                                                           if not line.lstrip().startswith(("%", "!")))
+    return sources
+
+
+def test_the_product_imports_nothing_of_the_tests():
+    sources = _product_sources()
+    assert "backend/steps.py" in sources and "notebooks/06_scorecard.ipynb" in sources
+    offenders = {path: sim_imports(source, _is_tests) for path, source in sources.items()}
+    assert {path: names for path, names in offenders.items() if names} == {}
+    makefile = (PROJECT / "Makefile").read_text().split("\n$(VENV)/.installed:", 1)[1]
+    setup_recipe = [line for line in makefile.splitlines()[1:40] if line.startswith("\t")]
+    assert setup_recipe and not [line for line in setup_recipe if "tests." in line or "tests/" in line]

@@ -229,7 +229,7 @@ def test_the_cli_refuses_bad_input_in_one_line_before_any_probe(tmp_path):
     assert explorer("scorecard", "--opinfo", "most").returncode == 2
 
 
-# A stand-in for a backend's guide: the shape `pu1_explorer.conformance.GuideStep` documents.
+# A stand-in for a backend's guide: the shape `pu1_explorer.conformance.GradedStep` documents.
 GUIDE = [SimpleNamespace(number=1, name="device_module", title="device module", probes=("device module",)),
          SimpleNamespace(number=7, name="generator", title="generator", probes=("generator",)),
          SimpleNamespace(number=5, name="operators", title="operators",

@@ -120,10 +120,12 @@ def command_report(arguments: argparse.Namespace) -> None:
 
 
 def command_scorecard(arguments: argparse.Namespace) -> None:
-    """Write scorecard.html, scorecard.xml and scorecard.json for a PrivateUse1 device into the output folder."""
+    """Write scorecard.html, scorecard.xml, scorecard.json and device_tests.json for a PrivateUse1 device into the
+    output folder."""
     import torch
 
     from pu1_explorer.conformance import PROBE_NAMES, scorecard
+    from pu1_explorer.conformance.results import load_guide
 
     folder = Path(arguments.folder)
     if not folder.is_dir():
@@ -139,13 +141,21 @@ def command_scorecard(arguments: argparse.Namespace) -> None:
         raise ValueError(f"--probe {unknown[0]!r}: unknown; the probes are {', '.join(PROBE_NAMES)}")
     if arguments.jobs < 1 or arguments.timeout <= 0:
         raise ValueError("--jobs must be at least 1 and --timeout positive")
+    guide = load_guide(arguments.guide) if arguments.guide else None
     card = scorecard(device, arguments.imports, timeout=arguments.timeout, jobs=arguments.jobs,
                      opinfo=arguments.opinfo, progress=_progress, probes=arguments.probes)
-    for name, text in (("scorecard.html", card.to_html()), ("scorecard.xml", card.to_junit_xml()),
-                       ("scorecard.json", card.to_json())):
-        (folder / name).write_text(text)
+    written = card.write(folder, guide, arguments.guide_url)
     counts = ", ".join(f"{count} {status}" for status, count in card.summary().items() if count)
-    _progress(f"{device}: {counts}; wrote scorecard.html, scorecard.xml, scorecard.json into {folder}")
+    _progress(f"{device}: {counts}; wrote {', '.join(path.name for path in written)} into {folder}")
+
+
+def command_new(arguments: argparse.Namespace) -> None:
+    """Write a new out-of-tree PrivateUse1 backend for device NAME from the vendor template."""
+    from pu1_explorer.new_backend import new_backend
+
+    folder = new_backend(arguments.name, arguments.folder)
+    _progress(f"wrote the {arguments.name} backend into {folder}; build it with "
+              f"`pip install --no-build-isolation {folder}`")
 
 
 DEVICE_HELP = "the device: the PrivateUse1 backend's name (the default: the loaded backend), cpu or meta"
@@ -196,14 +206,25 @@ def build_parser() -> argparse.ArgumentParser:
                                     help="a conformance scorecard of a PrivateUse1 device: HTML, JUnit XML, JSON")
     scorecard.add_argument("--device", help="the PrivateUse1 backend's name (the default: the loaded backend)")
     scorecard.add_argument("-o", "--output-folder", dest="folder", default=".", metavar="FOLDER",
-                           help="where scorecard.html, scorecard.xml and scorecard.json go (default: .)")
+                           help="where scorecard.html, scorecard.xml, scorecard.json and device_tests.json (the "
+                                "configuration of PyTorch's device-generic tests) go (default: .)")
     scorecard.add_argument("--timeout", type=float, default=60.0, metavar="S", help="seconds per probe process")
     scorecard.add_argument("--jobs", type=int, default=2, metavar="N", help="probe processes at a time")
     scorecard.add_argument("--opinfo", choices=("quick", "full", "none"), default="quick",
                            help="the OpInfo sweeps: a fixed subset of ops (quick), all of op_db (full), none")
+    scorecard.add_argument("--guide", metavar="MODULE:NAME",
+                           help="the backend's guide (e.g. torch_sim:GUIDE): each probe is linked to its step's page")
+    scorecard.add_argument("--guide-url", default="../", metavar="URL",
+                           help="where the guide's pages are (default ../: from a page of the site's notebooks/)")
     scorecard.add_argument("--probe", dest="probes", action="append", metavar="NAME",
                            help="run only this probe (repeatable; default: all)")
     scorecard.set_defaults(run=command_scorecard)
+
+    new = commands.add_parser("new", help="create the project of a new out-of-tree PrivateUse1 backend")
+    new.add_argument("name", help="the device's name: lowercase letters and underscores, not a name torch uses already")
+    new.add_argument("-o", "--output-folder", dest="folder", metavar="FOLDER",
+                     help="a new or empty folder (default: ./torch_NAME)")
+    new.set_defaults(run=command_new)
     return parser
 
 

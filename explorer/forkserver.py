@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import copy
+import importlib
 import json
 import os
 import signal
@@ -33,8 +34,9 @@ import subprocess
 import sys
 import tempfile
 import threading
+import warnings
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 _AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 ADVERTISED = "PU1_FORK_SERVER"  # a running template this process may fork from: {"address", "key", "preload"}
@@ -257,10 +259,13 @@ def run(argv: Sequence[str], env: dict[str, str], timeout: float, cwd: str | Non
 
 
 _DEFAULT_FILTERS = 0  # how many warning filters the interpreter starts with (set when the template starts)
+_TEMPLATE_WARNOPTIONS: list[str] = []  # the template's own start-up warning options (dev mode's), kept in children
 _TEMPLATE_PATHS: list[str] = []  # the template's PYTHONPATH entries, as start-up put them on sys.path
+_EXIT_CODE: int | None = None  # set in a child once its program has ended: the code it exits with
+_WARNING_ACTIONS = ("default", "always", "ignore", "module", "once", "error")  # in the order a prefix picks one
 
 
-def _python_path(environment: dict[str, str] | os._Environ) -> list[str]:
+def _python_path(environment: Mapping[str, str]) -> list[str]:
     return [os.path.abspath(entry) for entry in environment.get("PYTHONPATH", "").split(os.pathsep) if entry]
 
 
@@ -276,13 +281,68 @@ def _shadows_a_loaded_module(folders: Sequence[str]) -> bool:
     return False
 
 
+def _warning_category(name: str) -> type[Warning]:
+    """The class a warning option names (`UserWarning`, `package.module.SomeWarning`), imported as start-up does."""
+    if not name:
+        return Warning
+    module_name, _, class_name = name.rpartition(".")
+    try:
+        module = importlib.import_module(module_name or "builtins")
+    except (ImportError, TypeError, ValueError):
+        raise ValueError(f"invalid module name: {module_name!r}") from None
+    category = getattr(module, class_name, None)
+    if category is None:
+        raise ValueError(f"unknown warning category: {name!r}")
+    if not (isinstance(category, type) and issubclass(category, Warning)):
+        raise ValueError(f"invalid warning category: {name!r}")
+    return category
+
+
+def _warning_filter(option: str) -> tuple[str, str, type[Warning], str, int]:
+    """`warnings.filterwarnings`'s arguments for a -W / PYTHONWARNINGS option "action:message:category:module:lineno",
+    whose message and module match literally (the whole module name); ValueError says what is wrong with it."""
+    fields = [field.strip() for field in option.split(":")]
+    if len(fields) > 5:
+        raise ValueError(f"too many fields (max 5): {option!r}")
+    action, message, category, module, lineno = fields + [""] * (5 - len(fields))
+    actions = ["always"] if action == "all" else [name for name in _WARNING_ACTIONS if name.startswith(action)]
+    if not actions:
+        raise ValueError(f"invalid action: {action!r}")
+    try:
+        line = int(lineno or 0)
+    except ValueError:
+        raise ValueError(f"invalid lineno {lineno!r}") from None
+    if line < 0:
+        raise ValueError(f"invalid lineno {line}")
+    import re
+
+    return (actions[0], re.escape(message) if message else "", _warning_category(category),
+            re.escape(module) + r"\Z" if module else "", line)
+
+
+def _apply_warning_options(options: Sequence[str]) -> None:
+    """Add the filters `options` ask for where start-up adds them: in front of the interpreter's defaults, behind
+    those the template's imports added, which go back in front in the order the imports left them."""
+    if not options:
+        return
+    filters = warnings.filters
+    added = filters[:len(filters) - _DEFAULT_FILTERS]
+    del filters[:len(added)]  # every change below goes through filterwarnings, which also marks the filters changed
+    for option in options:
+        try:
+            warnings.filterwarnings(*_warning_filter(option))
+        except ValueError as error:
+            print("Invalid -W option ignored:", error, file=sys.stderr)  # what start-up prints
+    for action, message, category, module, lineno in reversed(added):
+        warnings.filterwarnings(action, getattr(message, "pattern", message or ""), category,
+                                getattr(module, "pattern", module or ""), lineno)
+
+
 def _apply_startup_variables(argv: Sequence[str]) -> None:
     """Set the warning filters, the fault handler and the module search path from this child's environment, as
     Python's start-up does; a search path that would hide a module the template has imported gets a new
     interpreter instead (`argv` is what it runs)."""
     import faulthandler
-    import importlib
-    import warnings
 
     wanted = _python_path(os.environ)
     if wanted != _TEMPLATE_PATHS:
@@ -295,36 +355,47 @@ def _apply_startup_variables(argv: Sequence[str]) -> None:
         sys.path[1:1] = wanted  # right after the program's own folder, as at start-up
         importlib.invalidate_caches()
 
-    filters = warnings.filters
-    added, defaults = filters[:len(filters) - _DEFAULT_FILTERS], filters[len(filters) - _DEFAULT_FILTERS:]
     options = [option for option in os.environ.get("PYTHONWARNINGS", "").split(",") if option]
-    filters[:] = defaults
-    sys.warnoptions[:] = options
-    warnings._processoptions(options)  # in front of the defaults, behind what imports added since, as at start-up
-    filters[:0] = added
-    (getattr(warnings, "_filters_mutated", None) or warnings._filters_mutated_lock_held)()
+    sys.warnoptions[:] = _TEMPLATE_WARNOPTIONS + options
+    _apply_warning_options(options)
     if os.environ.get("PYTHONFAULTHANDLER"):
         faulthandler.enable()
     else:
         faulthandler.disable()
 
 
+def _load_backends() -> None:
+    """Load and call every `torch.backends` entry point, as `import torch` does unless its documented switch
+    `TORCH_DEVICE_BACKEND_AUTOLOAD` is set to anything but 1."""
+    from importlib.metadata import entry_points
+
+    if os.environ.get(_AUTOLOAD, "1") != "1":
+        return
+    for extension in entry_points(group="torch.backends"):
+        try:
+            extension.load()()
+        except Exception as error:
+            raise RuntimeError(f"the backend extension {extension.name!r} did not load (set {_AUTOLOAD}=0 to "
+                               f"start without autoloading backends)") from error
+
+
 def _run_child(request: dict) -> None:
-    """In the forked child: become `python *argv` with the requested environment, then exit."""
+    """In the forked child: become `python *argv` with the requested environment, then end as `python` ends.
+
+    The child ends by raising SystemExit up to the server's top level, so that the interpreter itself waits for the
+    program's non-daemon threads and runs the exit handlers; the last of those (`_end_child`) then ends it."""
+    global _EXIT_CODE
     import runpy
 
-    import torch
-
+    _EXIT_CODE = 1  # from here on the process is a child, which `_end_child` ends
     os.setsid()
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
     _apply_startup_variables(request["argv"])
-    code = 0
     try:
-        if torch._is_device_backend_autoload_enabled():
-            torch._import_device_backends()
+        _load_backends()
         argv = request["argv"]
         if argv[0] == "-c":
             sys.argv = ["-c", *argv[2:]]
@@ -340,28 +411,32 @@ def _run_child(request: dict) -> None:
             sys.argv = list(argv)
             sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
             runpy.run_path(argv[0], run_name="__main__")
-    except SystemExit as ended:
-        code = ended.code if isinstance(ended.code, int) else (0 if ended.code is None else 1)
-        if not isinstance(ended.code, (int, type(None))):
-            print(ended.code, file=sys.stderr)
+    except SystemExit as ended:  # the interpreter prints a code that is not a number, as for `python`
+        _EXIT_CODE = ended.code if isinstance(ended.code, int) else (0 if ended.code is None else 1)
+        raise
     except BaseException as error:
         import traceback
 
         # from the program's own frames on, as `python` would print it
         traceback.print_exception(type(error), error, error.__traceback__.tb_next)
-        code = 1
-    # then end as `python` ends: wait for the program's non-daemon threads and run its exit handlers
-    import atexit
-    import threading
+        del error
+        raise SystemExit(1) from None
+    _EXIT_CODE = 0
+    raise SystemExit(0)
 
-    threading._shutdown()
-    atexit._run_exitfuncs()
+
+def _end_child() -> None:
+    """An exit handler the template registers before any other, so that it runs last: a child ends here, right
+    after its exit handlers, without the rest of the interpreter's clean-up (tearing down the modules and the
+    native state the template built, which the child does not own and which takes about 0.4 s)."""
+    if _EXIT_CODE is None:  # the template itself ends as usual
+        return
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except Exception:
             pass
-    os._exit(code)
+    os._exit(_EXIT_CODE)
 
 
 def _wait_unless_abandoned(pid: int, connection: socket.socket) -> int:
@@ -390,20 +465,23 @@ def _wait_unless_abandoned(pid: int, connection: socket.socket) -> int:
 
 def _serve(listener: socket.socket, preload: Sequence[str]) -> None:
     """Accept requests until the parent is gone; each one: fork a watcher that forks the child and reports."""
-    import importlib
-    import warnings
+    import gc
 
-    global _DEFAULT_FILTERS, _TEMPLATE_PATHS
+    global _DEFAULT_FILTERS, _TEMPLATE_PATHS, _TEMPLATE_WARNOPTIONS
+    atexit.register(_end_child)  # first, so that it runs last
     _DEFAULT_FILTERS = len(warnings.filters)
+    _TEMPLATE_WARNOPTIONS = list(sys.warnoptions)
     _TEMPLATE_PATHS = _python_path(os.environ)
     import torch  # noqa: F401  (the point of the template)
 
     for module in preload:
         importlib.import_module(module)
-    # torch's operator libraries deregister themselves at exit (weakref finalizers, about 50 ms of CPU a process):
-    # of no use in a child about to end, so the template's own finalizers do not run in its children at exit
-    for finalizer in list(getattr(weakref.finalize, "_registry", {})):
-        finalizer.atexit = False
+    # torch's operator libraries deregister themselves at exit (weakref finalizers, about 30 ms a process): of no
+    # use in a child about to end, so the finalizers the template made do not run when its children exit
+    # (`finalize.atexit` is their documented switch; the collector lists every live one)
+    for finalizer in gc.get_objects():
+        if isinstance(finalizer, weakref.finalize):
+            finalizer.atexit = False
 
     parent = os.getppid()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # watchers are reaped by the system

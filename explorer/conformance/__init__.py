@@ -17,18 +17,29 @@ sample; `"none"` neither. The two sweeps share their processes (op_db takes seco
 time is the time spent in its operators. Random and uninitialised outputs (`randn_like`, `dropout`,
 `empty`, ...) are skipped: there is no value to compare.
 
+A probe or sweep that did not pass carries a `hint`: in one line, in PyTorch's terms, what usually causes that
+failure (each probe function's `@hint`, each sweep's `SWEEP_HINTS`); with the backend's guide, the pages link it
+to the guide step's page. The sweeps' own dependency (expecttest, which torch's op_db imports) is a dependency of
+this package; where it is missing anyway, the scorecard stops before any probe with one line saying what to
+install (`MissingDependencyError`), never reporting it as the device's failure.
+
+Besides its JSON, JUnit and HTML, a scorecard writes the configuration of PyTorch's own device-generic tests
+(`device_tests`: op_allowlist, op_overrides and test_exclusions, each entry justified by a finding).
+
 The rooms: `results` (what a scorecard found, and its JSON, JUnit and HTML), `runner` (the probes' list and
-`scorecard`), `processes` (starting, reading and killing a child), `sweeps`, `probes`, and the children's
-side: `harness` (`compare`, `skip`, `report` and the messages), `probe_child`, `sweep_child`.
+`scorecard`), `processes` (starting, reading and killing a child), `sweeps`, `probes`, `device_tests`, and the
+children's side: `harness` (`compare`, `skip`, `report`, `hint` and the messages), `probe_child`, `sweep_child`.
 """
 from __future__ import annotations
 
-from pu1_explorer.conformance.results import (OP_STATUSES, STATUSES, GradedStep, OpResult, ProbeResult, Scorecard,
-                                              probe_steps)
-from pu1_explorer.conformance.runner import (OPINFO_MODES, PROBE_NAMES, PROBES, Probe, UnknownDeviceError,
-                                             preflight, scorecard)
+from pu1_explorer.conformance.harness import SWEEP_REQUIREMENTS, hint
+from pu1_explorer.conformance.results import (GUIDE_URL, OP_STATUSES, STATUSES, GradedStep, OpResult, ProbeResult,
+                                              Scorecard, probe_pages, probe_steps, step_page)
+from pu1_explorer.conformance.runner import (OPINFO_MODES, PROBE_NAMES, PROBES, MissingDependencyError, Probe,
+                                             UnknownDeviceError, preflight, scorecard)
 from pu1_explorer.conformance.sweeps import QUICK_ERROR_OPS, QUICK_OPS, QUICK_SAMPLES, SWEEP_CHUNK, sweep_ops
 
-__all__ = ["OPINFO_MODES", "OP_STATUSES", "PROBES", "PROBE_NAMES", "QUICK_ERROR_OPS", "QUICK_OPS", "QUICK_SAMPLES",
-           "STATUSES", "SWEEP_CHUNK", "GradedStep", "OpResult", "Probe", "ProbeResult", "Scorecard",
-           "UnknownDeviceError", "preflight", "probe_steps", "scorecard", "sweep_ops"]
+__all__ = ["GUIDE_URL", "OPINFO_MODES", "OP_STATUSES", "PROBES", "PROBE_NAMES", "QUICK_ERROR_OPS", "QUICK_OPS",
+           "QUICK_SAMPLES", "STATUSES", "SWEEP_CHUNK", "SWEEP_REQUIREMENTS", "GradedStep", "MissingDependencyError",
+           "OpResult", "Probe", "ProbeResult", "Scorecard", "UnknownDeviceError", "hint", "preflight", "probe_pages",
+           "probe_steps", "scorecard", "step_page", "sweep_ops"]

@@ -12,10 +12,11 @@ import json
 import os
 import sys
 import traceback
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 MARK = "@@pu1-scorecard@@"
 _MAX_LINE = 300
+_Probe = TypeVar("_Probe", bound=Callable[..., Any])
 
 # The device name the process checks (`setup` sets it): `compare` insists that device results stay on it.
 _state: dict[str, Any] = {"device": None, "report": None}
@@ -32,6 +33,29 @@ def parse_message(line: str) -> dict | None:
     return json.loads(line[len(MARK):]) if line.startswith(MARK) else None
 
 
+# What the OpInfo sweeps import beyond torch and the package's own dependencies: torch.testing's OpInfo database
+# (common_utils) imports expecttest, which torch does not require. Module name -> what pip installs.
+SWEEP_REQUIREMENTS = {"expecttest": "expecttest"}
+
+
+def missing_requirements() -> list[str]:
+    """The modules of `SWEEP_REQUIREMENTS` that this Python cannot import."""
+    missing = []
+    for module in SWEEP_REQUIREMENTS:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(module)
+    return missing
+
+
+def install_advice(missing: Sequence[str]) -> str:
+    """One line: what to install before the OpInfo sweeps can run (or how to run without them)."""
+    packages = " ".join(SWEEP_REQUIREMENTS.get(module, module) for module in missing)
+    return (f"the OpInfo sweeps need {', '.join(missing)}, which torch.testing's OpInfo database imports: "
+            f"pip install {packages} (or leave the sweeps out: opinfo='none', --opinfo none)")
+
+
 class Skipped(Exception):
     """Raised by `skip`: the probe does not apply to this device."""
 
@@ -39,6 +63,22 @@ class Skipped(Exception):
 def skip(reason: str) -> None:
     """End the probe as skipped, with `reason` as its detail."""
     raise Skipped(reason)
+
+
+def hint(text: str) -> Callable[[_Probe], _Probe]:
+    """Decorate a probe with what usually causes its failure, in one line (the scorecard shows it when it fails)."""
+    if not text or "\n" in text:
+        raise ValueError("a probe's hint is one line of text")
+
+    def attach(probe: _Probe) -> _Probe:
+        probe.hint = text
+        return probe
+    return attach
+
+
+def hint_of(probe: Any) -> str:
+    """The hint a probe carries (`hint`), or "" for a probe without one."""
+    return str(getattr(probe, "hint", ""))
 
 
 def report(detail: str, **counts: int) -> None:

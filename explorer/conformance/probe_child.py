@@ -1,8 +1,9 @@
 """The process of one probe: `python -m pu1_explorer.conformance.probe_child CONFIG` (CONFIG: JSON).
 
 CONFIG holds `device`, `imports`, `uses_imports` and `target` ("module:function" or "file.py:function"); the
-process imports torch and the backend, runs the probe and sends one "result" message (`harness.emit`). With
-`preflight` in CONFIG it instead reports the PrivateUse1 backend's name and torch's version.
+process imports torch and the backend, sends the probe's "hint" (what usually causes its failure), runs the probe
+and sends one "result" message (`harness.emit`). With `preflight` in CONFIG it instead reports the PrivateUse1
+backend's name, torch's version and the sweeps' missing dependencies.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ def run_probe(config: dict) -> None:
     try:
         harness.setup(config["device"], config["imports"], config.get("uses_imports", True))
         probe = harness.resolve(config["target"])
+        harness.emit("hint", hint=harness.hint_of(probe))  # before running: a crash still leaves it
         harness.take_report()
         probe(config["device"], list(config["imports"]))
     except harness.Skipped as reason:
@@ -29,11 +31,12 @@ def run_probe(config: dict) -> None:
 
 
 def preflight(config: dict) -> None:
-    """Emit the PrivateUse1 backend's name after the imports, torch's version and whether torch.<device> exists."""
+    """Emit the PrivateUse1 backend's name after the imports, torch's version, whether torch.<device> exists and
+    which modules the OpInfo sweeps need but cannot import."""
     try:
         torch = harness.setup(config["device"], config["imports"])
         harness.emit("preflight", name=torch._C._get_privateuse1_backend_name(), version=torch.__version__,
-                     module=hasattr(torch, config["device"]))
+                     module=hasattr(torch, config["device"]), missing=harness.missing_requirements())
     except BaseException as error:
         harness.emit("fatal", detail=harness.describe(error))
 

@@ -3,6 +3,8 @@
 A probe is a function `probe(device, imports)` run in its own process after torch and the backend's `imports`
 (`probe_child`): it returns when the capability works, calls `report` for its one-line finding, `skip` when it
 does not apply, and raises (an AssertionError with what differs, or any error met) when the capability fails.
+Each carries a `hint` (the `harness.hint` decorator): in one line, what usually causes its failure, in PyTorch's
+terms; the scorecard shows it beside a probe that did not pass.
 `compare` checks a device result against the CPU's. They run in-process too, as the tests do.
 """
 from __future__ import annotations
@@ -15,13 +17,16 @@ from typing import Sequence
 
 import torch
 
-from pu1_explorer.conformance.harness import compare, report, skip
+from pu1_explorer.conformance.harness import compare, hint, report, skip
 
 
 def _device_module(device: str):
     return getattr(torch, device, None)
 
 
+@hint('torch.<device> is missing or incomplete: name PrivateUse1 (torch.utils.rename_privateuse1_backend) and '
+      'register a module (torch._register_device_module) whose device_count, current_device and set_device ask the '
+      'device runtime')
 def device_module(device: str, imports: Sequence[str] = ()) -> None:
     """torch.<device>: is_available, device_count, current_device and set_device agree with new tensors."""
     module = _device_module(device)
@@ -42,6 +47,9 @@ def device_module(device: str, imports: Sequence[str] = ()) -> None:
     report(f"{count} device(s): is_available, device_count, current_device and set_device agree")
 
 
+@hint('torch.accelerator asks PrivateUse1HooksInterface (isAvailable, deviceCount) and the device guard (getDevice, '
+      'deviceCount); "device index is out of range ... got -1" means no hooks or no DeviceGuardImplInterface is '
+      'registered for PrivateUse1')
 def accelerator(device: str, imports: Sequence[str] = ()) -> None:
     """torch.accelerator finds the device, counts it as torch.<device> does, and synchronizes."""
     module = _device_module(device)
@@ -61,6 +69,9 @@ def accelerator(device: str, imports: Sequence[str] = ()) -> None:
     report(f"current_accelerator() is {current}, {count} device(s), synchronize works")
 
 
+@hint('the DeviceGuardImplInterface registered for PrivateUse1 (C10_REGISTER_GUARD_IMPL) must switch devices in '
+      "setDevice/exchangeDevice and report them in getDevice, and the allocator must allocate on the guard's current "
+      'device')
 def devices_and_guard(device: str, imports: Sequence[str] = ()) -> None:
     """Tensors on a second device, the device contexts, copies across devices, and mixing devices refused."""
     count = torch.accelerator.device_count()
@@ -91,6 +102,8 @@ def devices_and_guard(device: str, imports: Sequence[str] = ()) -> None:
     report("tensors on :1, torch.device and device_index contexts, copies across devices, mixing refused")
 
 
+@hint("torch.accelerator's memory statistics come from the PrivateUse1 allocator: it must be a c10::DeviceAllocator "
+      '(registered with c10::SetAllocator) that counts allocated bytes and the peak per device and resets the peak')
 def allocator_statistics(device: str, imports: Sequence[str] = ()) -> None:
     """memory_allocated and its peak follow a tensor's life; reset_peak_memory_stats resets the peak."""
     acc = torch.accelerator
@@ -112,6 +125,9 @@ def allocator_statistics(device: str, imports: Sequence[str] = ()) -> None:
     report(f"memory_allocated +{grown} bytes for 1 MiB, peak {peak - base} bytes above the start, freed on del")
 
 
+@hint('a basic operator that fails usually lacks one of the minimal kernels (empty.memory_format, empty_strided, '
+      'as_strided, view, resize_, _copy_from, _copy_from_and_resize, _local_scalar_dense) or a boxed fallback on '
+      'PrivateUse1 for the rest')
 def operators(device: str, imports: Sequence[str] = ()) -> None:
     """Copies, element-wise ops, reductions, matmul, views, cat, in-place ops and .item() match the CPU."""
     x = torch.randn(4, 5)
@@ -131,6 +147,8 @@ def operators(device: str, imports: Sequence[str] = ()) -> None:
     report("copies, element-wise ops, reductions, matmul, views, cat, in-place ops and .item() match the CPU")
 
 
+@hint("torch.Stream and torch.Event reach the device guard's stream and event functions (getStream, exchangeStream, "
+      "record, block, queryEvent, synchronizeEvent, elapsedTime): the interface's defaults raise or do nothing")
 def streams_and_events(device: str, imports: Sequence[str] = ()) -> None:
     """A side stream runs work; events record, wait, synchronize, query and time it."""
     s = torch.Stream(device=device)
@@ -160,6 +178,8 @@ def streams_and_events(device: str, imports: Sequence[str] = ()) -> None:
     report(f"stream {s.stream_id}: record, wait, synchronize, query; {elapsed:.3f} ms between events")
 
 
+@hint('torch.Generator(device) and manual_seed need PrivateUse1HooksInterface::getDefaultGenerator/getNewGenerator '
+      'returning a c10::GeneratorImpl subclass whose get_state/set_state round-trip')
 def generator(device: str, imports: Sequence[str] = ()) -> None:
     """Seeds and generator states reproduce the device's random draws."""
     module = _device_module(device)
@@ -191,6 +211,8 @@ def generator(device: str, imports: Sequence[str] = ()) -> None:
     report(checked + " reproduce draws")
 
 
+@hint('pin_memory() and is_pinned() ask PrivateUse1HooksInterface::getPinnedMemoryAllocator and isPinnedPtr; non-'
+      'blocking copies also need _copy_from to honour non_blocking and the stream')
 def pinned_memory(device: str, imports: Sequence[str] = ()) -> None:
     """pin_memory() and is_pinned() work, and non-blocking copies to and from pinned memory arrive whole."""
     t = torch.randn(1000)
@@ -209,6 +231,9 @@ def pinned_memory(device: str, imports: Sequence[str] = ()) -> None:
     report("pin_memory(), is_pinned() and non-blocking copies both ways")
 
 
+@hint("a layer's gradient that raises or differs usually lacks a backward kernel the fallback cannot serve "
+      '(convolution_backward_overrideable beside convolution_overrideable, native_layer_norm_backward) or has an '
+      'AutogradPrivateUse1 kernel that disagrees with the CPU')
 def autograd_on_layers(device: str, imports: Sequence[str] = ()) -> None:
     """Linear, Conv2d, LayerNorm and Embedding: outputs and gradients on the device match the CPU's."""
     torch.manual_seed(0)
@@ -239,6 +264,8 @@ def autograd_on_layers(device: str, imports: Sequence[str] = ()) -> None:
            gradients=checked)
 
 
+@hint('torch.autocast(device) needs kernels or a fallthrough on the AutocastPrivateUse1 key and, on torch.<device>, '
+      'get_amp_supported_dtype, is_autocast_enabled, set_autocast_enabled, get_autocast_dtype and set_autocast_dtype')
 def autocast(device: str, imports: Sequence[str] = ()) -> None:
     """torch.autocast on the device: supported lower precisions, matmul and linear follow its dtype."""
     module = _device_module(device)
@@ -267,6 +294,8 @@ def autocast(device: str, imports: Sequence[str] = ()) -> None:
            f"(default {default})")
 
 
+@hint('torch.save copies each storage to the CPU and torch.load copies it back by the location tag (the PrivateUse1 '
+      'name): storages need real data pointers and _copy_from both ways, on the device index saved')
 def serialization(device: str, imports: Sequence[str] = ()) -> None:
     """torch.save/torch.load keep device, values and shared storage; map_location and state_dicts work."""
     x = torch.randn(5, 3, device=f"{device}:0")
@@ -301,6 +330,8 @@ def serialization(device: str, imports: Sequence[str] = ()) -> None:
     report("torch.save/torch.load keep device, values and shared storage; map_location='cpu'; state_dict")
 
 
+@hint('`import torch` loads only the backends declared in the entry point group torch.backends (a function that '
+      'registers the device), and none when TORCH_DEVICE_BACKEND_AUTOLOAD=0')
 def autoload(device: str, imports: Sequence[str] = ()) -> None:
     """A fresh `import torch` alone registers the device (run without the backend's `imports`)."""
     name = torch._C._get_privateuse1_backend_name()
@@ -318,6 +349,9 @@ def autoload(device: str, imports: Sequence[str] = ()) -> None:
     report(f"`import torch` registers {device!r} (entry points in torch.backends: {names})")
 
 
+@hint('scaled_dot_product_attention asks _fused_sdp_choice for a kernel on PrivateUse1: register it (choosing the '
+      'math path) or _scaled_dot_product_fused_attention_overrideable with its backward; the fallback cannot make '
+      'that choice')
 def attention(device: str, imports: Sequence[str] = ()) -> None:
     """scaled_dot_product_attention forward and backward match the CPU, causal or not."""
     functional = torch.nn.functional
@@ -336,6 +370,8 @@ def attention(device: str, imports: Sequence[str] = ()) -> None:
     report("scaled_dot_product_attention forward and backward match the CPU, causal or not")
 
 
+@hint('nn.LSTM and nn.GRU call fused cell kernels (_thnn_fused_lstm_cell, _thnn_fused_gru_cell and their backward) on'
+      ' a device that is not the CPU: register them, the fallback does not reach them')
 def rnns(device: str, imports: Sequence[str] = ()) -> None:
     """nn.LSTM and nn.GRU (2 layers) forward and backward match the CPU."""
     torch.manual_seed(0)
@@ -355,6 +391,8 @@ def rnns(device: str, imports: Sequence[str] = ()) -> None:
     report("nn.LSTM and nn.GRU (2 layers) forward and backward match the CPU")
 
 
+@hint('device events come from profiler stubs registered for PrivateUse1 '
+      '(torch::profiler::impl::registerPrivateUse1Methods) that record events and time them on the device')
 def profiler(device: str, imports: Sequence[str] = ()) -> None:
     """The profiler records device events (DeviceType.PrivateUse1) with non-negative device times."""
     from torch.profiler import ProfilerActivity, profile
@@ -378,6 +416,8 @@ def _compiled_example(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.sin(x) * y + y.relu().sum(dim=0)
 
 
+@hint('Inductor needs the device registered: a device interface (register_interface_for_device), device op overrides '
+      '(register_device_op_overrides) and a scheduling/wrapper codegen (register_backend_for_device)')
 def torch_compile(device: str, imports: Sequence[str] = ()) -> None:
     """torch.compile (the default backend) gives eager's result on the device."""
     compiled = torch.compile(_compiled_example)
@@ -389,6 +429,9 @@ def torch_compile(device: str, imports: Sequence[str] = ()) -> None:
     report("torch.compile (default backend) gives eager's result on the device")
 
 
+@hint('init_process_group finds a c10d backend per device: register one for the device '
+      '(torch.distributed.Backend.register_backend(..., devices=[name])) that runs all_reduce and all_gather on its '
+      'tensors')
 def distributed(device: str, imports: Sequence[str] = ()) -> None:
     """A one-rank process group with the device's default backend all_reduces and all_gathers."""
     import torch.distributed as dist

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from pu1_explorer.conformance.harness import install_advice, missing_requirements
 from pu1_explorer.conformance.processes import child_argv, child_environment, ending, run_program
 from pu1_explorer.conformance.results import OpResult, ProbeResult, Scorecard
 from pu1_explorer.conformance.sweeps import QUICK_SAMPLES, SWEEPS, chunks, sweep_chunk, sweep_ops, sweep_result
@@ -49,10 +50,21 @@ PROBES: tuple[Probe, ...] = tuple(Probe(name, f"{_PROBES_MODULE}:{function}", us
     ("distributed", "distributed", True),
 ))
 PROBE_NAMES: tuple[str, ...] = tuple(p.name for p in PROBES) + tuple(SWEEPS)
+# What a probe's ending usually means when the probe gave no hint of its own (it died before it started, or has none).
+ENDING_HINTS = {
+    "crashed": "the process died in native code: a crash in the backend's C++ (its import or a kernel); the "
+               "process's output, kept with the result, holds the stack that faulthandler printed",
+    "timed out": "the process never finished: a synchronize, event or lock in the backend that waits forever, or a "
+                 "time limit too short for this machine (timeout=, --timeout)",
+}
 
 
 class UnknownDeviceError(ValueError):
     """The device is not the PrivateUse1 backend registered after the imports."""
+
+
+class MissingDependencyError(ImportError):
+    """A module the OpInfo sweeps need is not installed: the scorecard's environment, not the backend, is at fault."""
 
 
 def run_probe(probe: Probe, device: str, imports: Sequence[str], env: dict[str, str], timeout: float,
@@ -70,18 +82,25 @@ def run_probe(probe: Probe, device: str, imports: Sequence[str], env: dict[str, 
             detail += " before reporting"
     counts = result.get("counts", {}) if result else {}
     log = run.log.strip() if status != "passed" else ""
-    return ProbeResult(probe.name, status, round(run.seconds, 3), detail, counts, [], log)
+    given = next((m.get("hint", "") for m in run.messages if m.get("kind") == "hint"), "")
+    hint = "" if status in ("passed", "skipped") else (given or ENDING_HINTS.get(status, ""))
+    return ProbeResult(probe.name, status, round(run.seconds, 3), detail, counts, [], log, hint)
 
 
 def preflight(device: str, imports: Sequence[str] = (), env: dict[str, str] | None = None,
-              timeout: float = 60.0) -> dict:
+              timeout: float = 60.0, sweeps: bool = False) -> dict:
     """Check that `device` is the PrivateUse1 backend (after `imports`) and return its torch version: in this
-    process when it already has torch, those modules and no extra `env`, else in a fresh one."""
+    process when it already has torch, those modules and no extra `env`, else in a fresh one.
+
+    With `sweeps`, also that the OpInfo sweeps' own dependencies import (else MissingDependencyError, one line).
+    """
     torch = sys.modules.get("torch")
     if torch is not None and not env and all(spec in sys.modules for spec in imports):
         name = torch._C._get_privateuse1_backend_name()
         if name == device:
-            return {"name": name, "version": torch.__version__, "module": hasattr(torch, device)}
+            found = {"name": name, "version": torch.__version__, "module": hasattr(torch, device),
+                     "missing": missing_requirements()}
+            return _check_requirements(found, sweeps)
     config = {"preflight": True, "device": device, "imports": list(imports)}
     run = run_program(child_argv("probe_child", config), child_environment(env), timeout)
     found = next((m for m in run.messages if m["kind"] in ("preflight", "fatal")), None)
@@ -95,6 +114,12 @@ def preflight(device: str, imports: Sequence[str] = (), env: dict[str, str] | No
         hint = "" if imports else " (a backend that does not autoload must be imported: imports=[...], --import)"
         raise UnknownDeviceError(f"unknown device {device!r}: the PrivateUse1 backend{after} is "
                                  f"{found['name']!r}{hint}")
+    return _check_requirements(found, sweeps)
+
+
+def _check_requirements(found: dict, sweeps: bool) -> dict:
+    if sweeps and found.get("missing"):
+        raise MissingDependencyError(install_advice(found["missing"]))
     return found
 
 
@@ -117,7 +142,8 @@ def scorecard(device: str, imports: Sequence[str] = (), timeout: float = 60.0, j
     `imports`: modules or .py files each process imports after torch; `env`: extra environment
     variables for the processes; `extra_probes`: more `Probe`s (run whatever `probes` says); `ops`: the op_db
     names the sweeps cover instead of the `opinfo` mode's.
-    Raises ValueError (before any probe runs) for an unknown probe name, OpInfo mode or device.
+    Raises ValueError (before any probe runs) for an unknown probe name, OpInfo mode or device, and
+    MissingDependencyError when the sweeps would run but a module they need is not installed.
     """
     if opinfo not in OPINFO_MODES:
         raise ValueError(f"opinfo must be one of {', '.join(OPINFO_MODES)}, not {opinfo!r}")
@@ -130,7 +156,7 @@ def scorecard(device: str, imports: Sequence[str] = (), timeout: float = 60.0, j
     started_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     started = time.perf_counter()
     environment = child_environment(env)
-    found = preflight(device, imports, env, timeout)
+    found = preflight(device, imports, env, timeout, sweeps=any(name in SWEEPS for name in chosen))
     limit = QUICK_SAMPLES if opinfo == "quick" else 0
     mode = "quick" if opinfo == "none" else opinfo  # an explicitly named sweep with opinfo="none" runs quick
 

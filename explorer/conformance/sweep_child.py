@@ -2,8 +2,9 @@
 
 CONFIG holds `device`, `imports`, `limit` (sample inputs per operator, 0 for all) and `work`, a list of
 [sweep, operator] pairs (sweep: "differential" or "bad inputs"). For each pair the process emits "start",
-then "op" with the operator's status, counts of samples and a detail; a crash between the two costs the
-parent only that operator. "fatal" says the process could not start sweeping at all.
+then "op" with the operator's status, counts of samples, a detail and the dtype it ran in; a crash between the
+two costs the parent only that operator. "fatal" says the process could not start sweeping at all (with
+`dependency` when a module the sweeps need is missing: not the backend's failure).
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import time
 import unittest
 from typing import Any, Callable
 
-from pu1_explorer.conformance.harness import describe, emit, first_line, setup
+from pu1_explorer.conformance.harness import (describe, emit, first_line, install_advice, missing_requirements,
+                                              setup)
 
 # Outputs with no defined value to compare (random draws differ between generators, empty memory is garbage).
 UNDEFINED_OUTPUT = ("rand", "bernoulli", "dropout", "multinomial", "normal", "uniform", "exponential", "geometric",
@@ -213,6 +215,14 @@ def main(argv: list[str]) -> None:
     config = json.loads(argv[0])
     try:
         torch = setup(config["device"], config["imports"])
+    except BaseException as error:
+        emit("fatal", detail=describe(error))
+        return
+    missing = missing_requirements()
+    if missing:  # not the backend's failure: the operators are not run at all
+        emit("fatal", detail="not run: " + install_advice(missing), dependency=True)
+        return
+    try:
         from torch.testing._internal.common_methods_invocations import op_db
 
         find_the_test_function_from_frames()
@@ -229,11 +239,14 @@ def main(argv: list[str]) -> None:
                  seconds=0.0)
             continue
         torch.manual_seed(0)
+        dtype = ""
         try:
+            if kind == "differential":
+                dtype = str(pick_dtype(op) or "").removeprefix("torch.")
             status, counts, detail = CHECKS[kind](op, config["device"], config["limit"])
         except BaseException as error:
             status, counts, detail = "errored", {"errored": 1}, f"the sweep itself failed: {describe(error)}"
-        emit("op", sweep=kind, op=name, status=status, counts=counts, detail=detail,
+        emit("op", sweep=kind, op=name, status=status, counts=counts, detail=detail, dtype=dtype,
              seconds=round(time.perf_counter() - started, 3))
 
 

@@ -40,6 +40,29 @@ QUICK_SAMPLES = 8  # sample inputs per operator in the quick sweeps (all of them
 # (sweep, operator) pairs per process; the two sweeps share processes. Each process imports op_db (2.7 s), so
 # the quick sweeps (99 pairs) take one process, beside which the probes run.
 SWEEP_CHUNK = 100
+# What usually causes each kind of operator problem, per sweep; a sweep that did not pass shows the hint of its
+# first problem kind in PROBLEM_ORDER.
+SWEEP_HINTS: dict[str, dict[str, str]] = {
+    "differential": {
+        "crashed": "an operator killed the process: a kernel registered for PrivateUse1, or the fallback, reads or "
+                   "writes outside its tensors' memory; run that operator alone to see the stack",
+        "timed out": "an operator never returned: a kernel that waits on a stream, event or lock nothing releases",
+        "errored": "an operator raised on the device and not on the CPU: no PrivateUse1 kernel and no boxed fallback "
+                   "serves it, or a composite reaches an *_overrideable operator nobody registered",
+        "mismatched": "a device result differs from the CPU's: a kernel or the copy (_copy_from) that ignores strides, "
+                      "storage offsets, dtypes or broadcasting, or accumulates in a lower precision",
+    },
+    "bad inputs": {
+        "crashed": "an invalid input crashed the process: a kernel that indexes or allocates before checking its "
+                   "arguments",
+        "timed out": "an invalid input never returned: a kernel that loops on a size or index it did not check",
+        "errored": "an invalid input raised another error than the CPU's: a kernel that checks its arguments in "
+                   "another order or with another error type (TORCH_CHECK_INDEX, TORCH_CHECK_VALUE, ...)",
+        "mismatched": "an invalid input ran without error: the device's kernel skips the shape, dtype, index or "
+                      "device checks the CPU kernel makes",
+    },
+}
+PROBLEM_ORDER = ("crashed", "timed out", "errored", "mismatched")
 _LOG_TAIL = 1500  # characters of a crashed sweep process's output kept per crash
 _SWEEP_LOG = 6000  # characters of a sweep's log kept in its result
 
@@ -80,11 +103,12 @@ def sweep_chunk(work: Sequence[tuple[str, str]], device: str, imports: Sequence[
             elif message["kind"] == "op":
                 results[(message["sweep"], message["op"])] = OpResult(
                     message["op"], message["status"], message.get("counts", {}), message.get("detail", ""),
-                    message.get("seconds", 0.0))
+                    message.get("seconds", 0.0), message.get("dtype", ""))
                 current = None
-            elif message["kind"] == "fatal":
+            elif message["kind"] == "fatal":  # a missing dependency is no finding about the device: skipped
+                status = "skipped" if message.get("dependency") else "errored"
                 for item in remaining:
-                    results.setdefault(item, OpResult(item[1], "errored", {}, message["detail"]))
+                    results.setdefault(item, OpResult(item[1], status, {}, message["detail"]))
         status, reason = ending(run, timeout)
         if current is not None:
             results[current] = OpResult(current[1], status, {}, reason, round(run.seconds, 3))
@@ -113,6 +137,10 @@ def sweep_result(name: str, kind: str, ops: list[OpResult], seconds: float, log:
     if counts["skipped"]:
         detail += f"; {counts['skipped']} skipped"
     status = "passed" if compared and not any(problems.values()) else ("skipped" if not compared else "failed")
+    if not compared and ops and len({op.detail for op in ops}) == 1:  # one reason for all: say it
+        detail += f": {ops[0].detail}"
     counts["ops"] = len(ops)
     counts["samples passed"] = samples
-    return ProbeResult(name, status, round(seconds, 3), detail, counts, ops, log[-_SWEEP_LOG:])
+    first_problem = next((kind_of for kind_of in PROBLEM_ORDER if problems[kind_of]), None)
+    hint = SWEEP_HINTS[kind].get(first_problem, "") if first_problem else ""
+    return ProbeResult(name, status, round(seconds, 3), detail, counts, ops, log[-_SWEEP_LOG:], hint)

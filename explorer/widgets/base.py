@@ -14,7 +14,7 @@ import os
 import ipywidgets
 import plotly.graph_objects as go
 import plotly.io as pio
-from plotly.io._base_renderers import MimetypeRenderer
+from plotly.io.base_renderers import MimetypeRenderer
 from IPython.display import display
 
 from pu1_explorer.pages import escape, message_html  # noqa: F401 - the widgets import them from here

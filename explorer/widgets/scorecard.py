@@ -5,23 +5,32 @@ from typing import Iterable, Sequence
 
 import ipywidgets
 
-from pu1_explorer.conformance import STATUSES, GradedStep, ProbeResult, Scorecard, probe_steps
-from pu1_explorer.pages import STATUS_COLOURS
-from pu1_explorer.conformance.results import problem_ops
-from pu1_explorer.pages import badge, escape, status_colour
+from pu1_explorer.conformance import GUIDE_URL, STATUSES, GradedStep, ProbeResult, Scorecard, probe_pages, probe_steps
+from pu1_explorer.conformance.results import needs_action, problem_ops
+from pu1_explorer.pages import STATUS_COLOURS, badge, escape, status_colour
 from pu1_explorer.widgets.base import ExplorerWidget, figure_html
 from pu1_explorer.widgets.figures import scorecard_figure
 
 _TD = "padding:.25em .5em;vertical-align:top;border-bottom:1px solid #ddd"
 
 
-def _cell(result: ProbeResult | None) -> str:
-    """A probe's cell: its status and finding, and a sweep's operators that did not pass, folded."""
+def _cell(result: ProbeResult | None, page: str = "") -> str:
+    """A probe's cell: its status and finding, what usually causes a failure (with its guide step's `page`), and a
+    sweep's operators that did not pass, folded."""
     if result is None:
         return "<td style='color:#999'>not run</td>"
     return (f"<td style='{_TD};border-left:4px solid {status_colour(result.status)}' title='{escape(result.detail)}'>"
             f"{badge(result.status)} <span style='font-size:.85em'>{escape(result.detail)}</span>"
-            f"{_problem_ops(result)}</td>")
+            f"{_next_step(result, page)}{_problem_ops(result)}</td>")
+
+
+def _next_step(result: ProbeResult, page: str) -> str:
+    """For a probe that did not pass: its hint and a link to the guide step's page, in one line."""
+    if not needs_action(result) or not (result.hint or page):
+        return ""
+    cause = f"<b>usual cause:</b> {escape(result.hint)}" if result.hint else ""
+    link = f" <a href='{escape(page)}' target='_blank'>guide step &rarr;</a>" if page else ""
+    return f"<div style='font-size:.8em;margin-top:.2em'>{cause}{link}</div>"
 
 
 def _problem_ops(result: ProbeResult) -> str:
@@ -37,16 +46,20 @@ class ScorecardView(ExplorerWidget):
     """`ScorecardView(card)` or `ScorecardView([card_a, card_b])`: the probes of each scorecard (from
     `pu1_explorer.scorecard`) in a table, a column per device, every cell coloured by status.
 
-    With a `guide` (a sequence of `pu1_explorer.conformance.GradedStep`), each probe shows the guide step it grades.
+    A probe that did not pass says what usually causes that. With a `guide` (a sequence of
+    `pu1_explorer.conformance.GradedStep`), each probe shows the guide step it grades, linked to the step's page under
+    `guide_url` (by default the site's notebooks/ folder, seen from a page in it).
     """
 
     def __init__(self, card_or_cards: Scorecard | Sequence[Scorecard], *, problems_only: bool = False,
-                 guide: Iterable[GradedStep] | None = None) -> None:
+                 guide: Iterable[GradedStep] | None = None, guide_url: str = GUIDE_URL) -> None:
         cards = [card_or_cards] if isinstance(card_or_cards, Scorecard) else list(card_or_cards)
         if not cards:
             raise ValueError("ScorecardView needs at least one scorecard")
         self.cards = cards
+        guide = list(guide or ())
         self.steps = probe_steps(guide)
+        self.pages = probe_pages(guide, guide_url)
         self.problems_only = ipywidgets.Checkbox(value=problems_only, description="only probes that did not pass")
         self.output = ipywidgets.HTML(self.table_html())
         self.picture = ipywidgets.Output()
@@ -83,7 +96,7 @@ class ScorecardView(ExplorerWidget):
             for card in self.cards)
         rows = "".join(
             f"<tr><td style='{_TD}'><b>{escape(name)}</b>{self._step_html(name)}</td>"
-            + "".join(_cell(found.get(name)) for found in lookup) + "</tr>"
+            + "".join(_cell(found.get(name), self.pages.get(name, "")) for found in lookup) + "</tr>"
             for name in names)
         legend = " ".join(f"<span style='color:{status_colour(status)}'>&#9632; {escape(status)}</span>"
                           for status in STATUSES)
@@ -100,4 +113,7 @@ class ScorecardView(ExplorerWidget):
         step = self.steps.get(name)
         if not step:
             return ""
-        return f"<br><span style='font-size:.8em;color:{STATUS_COLOURS['skipped']}'>step {escape(step)}</span>"
+        label = f"step {escape(step)}"
+        if name in self.pages:
+            label = f"<a href='{escape(self.pages[name])}' target='_blank'>{label}</a>"
+        return f"<br><span style='font-size:.8em;color:{STATUS_COLOURS['skipped']}'>{label}</span>"

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from pu1_explorer.conformance import harness, probe_child
+from pu1_explorer.conformance import harness, probe_child, probes
 from tests.explorer.scorecard_probes_for_tests import fails_silently, target
 
 
@@ -80,8 +80,11 @@ def test_the_probe_program_reports_each_ending(capfd, monkeypatch):
              "fails_silently": ("failed", "failed: assert x == 2")}
     for name, (status, detail) in cases.items():
         messages = _child_messages(capfd, {**config, "target": target(name)})
-        assert messages == [{"kind": "result", "status": status, "detail": detail}]
+        # first the probe's hint (these test probes have none), sent before the probe runs, then its result
+        assert messages == [{"kind": "hint", "hint": ""}, {"kind": "result", "status": status, "detail": detail}]
     passed = _child_messages(capfd, {**config, "target": "pu1_explorer.conformance.probes:operators"})
-    assert passed[0]["status"] == "passed" and "match the CPU" in passed[0]["detail"]
+    assert passed[0] == {"kind": "hint", "hint": probes.operators.hint}
+    assert passed[1]["status"] == "passed" and "match the CPU" in passed[1]["detail"]
     found = _child_messages(capfd, {"preflight": True, "device": "sim", "imports": []})
-    assert found == [{"kind": "preflight", "name": "sim", "version": torch.__version__, "module": True}]
+    assert found == [{"kind": "preflight", "name": "sim", "version": torch.__version__, "module": True,
+                      "missing": []}]

@@ -65,11 +65,12 @@ def test_a_child_ends_as_python_ends_threads_finished_and_exit_handlers_run():
 def test_a_child_skips_the_templates_exit_finalizers_and_runs_its_own():
     # the template's are torch's operator libraries deregistering themselves, which a process about to end does not
     # need; a finalizer the program registers runs at exit as in `python`
-    program = ("import weakref\nimport torch\n"
-               "inherited = [f for f in list(weakref.finalize._registry) if f.atexit]\n"
+    program = ("import gc, weakref\nimport torch\n"
+               "finalizers = [f for f in gc.get_objects() if isinstance(f, weakref.finalize)]\n"
+               "inherited = [f for f in finalizers if f.atexit]\n"
                "class Resource: pass\nkept = Resource()\n"
                "weakref.finalize(kept, print, 'own finalizer', flush=True)\n"
-               "print(len(weakref.finalize._registry) > 100, len(inherited), flush=True)\n")
+               "print(len(finalizers) > 100, len(inherited), flush=True)\n")
     env = dict(ENV, TORCH_DEVICE_BACKEND_AUTOLOAD="0")  # no backend adds finalizers of its own
     python = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=60)
     forked = forkserver.run(["-c", program], env, timeout=60)
@@ -159,7 +160,8 @@ def test_only_a_few_templates_are_kept():
     assert len(forkserver._SERVERS) == forkserver.MAX_SERVERS
 
 
-@pytest.mark.parametrize("warnings", ["", "ignore", "error::DeprecationWarning,default::UserWarning"])
+@pytest.mark.parametrize("warnings", ["", "ignore", "error::DeprecationWarning,default::UserWarning",
+                                      "i:a message:UserWarning:json:3,all::xml.dom.NotAWarning,bogus,error:::x:-1"])
 def test_requests_that_differ_only_in_what_a_child_sets_again_share_a_template_and_match_a_fresh_python(warnings):
     program = ("import faulthandler, os, sys, warnings, torch\n"
                "print(os.environ['SIM_MARK'], faulthandler.is_enabled(), sys.warnoptions, warnings.filters)")
@@ -170,6 +172,9 @@ def test_requests_that_differ_only_in_what_a_child_sets_again_share_a_template_a
     fresh = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=60)
     assert forked.returncode == fresh.returncode == 0, forked.stderr + fresh.stderr
     assert forked.stdout == fresh.stdout
+    forked_rejects, fresh_rejects = ([line for line in run.stderr.splitlines() if line.startswith("Invalid -W option")]
+                                     for run in (forked, fresh))
+    assert forked_rejects == fresh_rejects and len(fresh_rejects) == (3 if "bogus" in warnings else 0)
     forkserver.run(["-c", "pass"], dict(env, PYTHONWARNINGS="always", JPY_SESSION_NAME="x", SIM_MARK="other"), 60)
     assert len(forkserver._SERVERS) <= max(before, 1)
 

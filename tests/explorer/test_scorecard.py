@@ -14,6 +14,7 @@ from typing import Callable
 import pytest
 
 from pu1_explorer.conformance import PROBE_NAMES, OpResult, Probe, ProbeResult, Scorecard, scorecard
+from pu1_explorer.conformance.runner import ENDING_HINTS
 from tests.conftest import run_python
 from tests.explorer.scorecard_probes_for_tests import target
 
@@ -90,6 +91,9 @@ def test_crashes_timeouts_failures_and_skips_are_contained(tmp_path):
     assert results["skips"].status == "skipped" and results["skips"].detail == "nothing to check here"
     assert results["exits"].status == "crashed" and "code 3" in results["exits"].detail
     assert gone_within(int(pid_file.read_text()))  # the whole process group was killed, not only the probe
+    # these probes carry no hint of their own: a crash or a time-out says what such an ending usually means
+    assert results["segfault"].hint == ENDING_HINTS["crashed"] and results["sleeps"].hint == ENDING_HINTS["timed out"]
+    assert results["fails"].hint == "" and results["skips"].hint == ""
 
 
 def test_an_interrupted_scorecard_kills_its_processes(tmp_path):
@@ -180,6 +184,12 @@ def test_json_round_trips_and_html_is_self_contained():
     for probe in written_by_version_1["probes"]:
         probe["capability"] = "1. device module"
     assert Scorecard.from_json(json.dumps({**written_by_version_1, "schema_version": 1})) == card
+    written_by_version_2 = json.loads(card.to_json())  # no hints, no swept dtypes
+    for probe in written_by_version_2["probes"]:
+        del probe["hint"]
+        for op in probe["ops"]:
+            del op["dtype"]
+    assert Scorecard.from_json(json.dumps({**written_by_version_2, "schema_version": 2})) == card
     assert json.loads(card.to_json())["summary"] == {"passed": 1, "failed": 2, "skipped": 1, "crashed": 1,
                                                      "timed out": 1}
     page = card.to_html()
@@ -205,21 +215,27 @@ def test_the_widget_shows_scorecards_side_by_side():
     assert "<th>sim</th>" in ScorecardView(sim).static_html()
 
 
-def test_the_cli_writes_html_junit_and_json(tmp_path):
+def test_the_cli_writes_html_junit_json_and_the_device_tests_configuration(tmp_path):
     result = explorer("scorecard", "--device", "sim", "--probe", "device module", "--probe", "autoload",
+                      "--guide", "torch_sim:GUIDE", "--guide-url", "https://example.org/notebooks/",
                       "-o", str(tmp_path))
     assert result.returncode == 0, result.stderr
     data = json.loads((tmp_path / "scorecard.json").read_text())
     assert [p["status"] for p in data["probes"]] == ["passed", "passed"]
     ElementTree.parse(tmp_path / "scorecard.xml")
-    assert "PrivateUse1 scorecard: <code>sim</code>" in (tmp_path / "scorecard.html").read_text()
+    page = (tmp_path / "scorecard.html").read_text()
+    assert "PrivateUse1 scorecard: <code>sim</code>" in page
+    assert '<a href="https://example.org/notebooks/guide_11_autoload/">11. ' in page
+    configuration = json.loads((tmp_path / "device_tests.json").read_text())
+    assert configuration["device"] == "sim" and configuration["op_allowlist"] is None  # no sweep ran
     assert "[1/2]" in result.stderr and "[2/2]" in result.stderr
 
 
 def test_the_cli_refuses_bad_input_in_one_line_before_any_probe(tmp_path):
     cases = (("--device", "nosuch", "-o", str(tmp_path)),
              ("--device", "sim", "-o", str(tmp_path / "missing")),
-             ("--device", "sim", "--probe", "warp drive", "-o", str(tmp_path)))
+             ("--device", "sim", "--probe", "warp drive", "-o", str(tmp_path)),
+             ("--device", "sim", "--guide", "no_such_module_xyz:GUIDE", "-o", str(tmp_path)))
     for arguments in cases:
         result = explorer("scorecard", *arguments)
         assert result.returncode in (1, 2), result.stderr
@@ -291,3 +307,62 @@ def test_the_sweeps_find_the_running_test_function_as_torch_does_without_reading
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout) == {"replaced": True, "inside": ["TestFinding.test_found"] * 3,
                                          "outside": [True, True, True]}
+
+
+def test_every_probe_and_sweep_says_in_one_line_what_usually_causes_its_failure():
+    from pu1_explorer.conformance import PROBES
+    from pu1_explorer.conformance.harness import hint, resolve
+    from pu1_explorer.conformance.sweeps import PROBLEM_ORDER, SWEEP_HINTS
+
+    for probe in PROBES:
+        text = resolve(probe.target).hint
+        assert 40 <= len(text) <= 300 and "\n" not in text, probe
+    assert "DeviceGuardImplInterface" in resolve(PROBES[1].target).hint  # torch.accelerator: the guard and hooks
+    assert all(set(hints) == set(PROBLEM_ORDER) for hints in SWEEP_HINTS.values())
+    for bad in ("", "two\nlines"):
+        with pytest.raises(ValueError, match="one line"):
+            hint(bad)
+
+
+def _accelerator_card() -> Scorecard:
+    from pu1_explorer.conformance import probes
+
+    failed = ProbeResult("torch.accelerator", "failed", 0.4, "RuntimeError: The device index is out of range. It "
+                         "must be in [0, 2), but got -1.", hint=probes.accelerator.hint)
+    return Scorecard("vendor", "2.13.0", "2026-01-01T00:00:00+00:00", 2.0,
+                     [ProbeResult("device module", "passed", 0.3, "2 device(s)"), failed])
+
+
+def test_a_failed_probe_says_what_usually_causes_it_and_links_to_its_guide_step():
+    import torch_sim
+
+    from pu1_explorer.widgets import ScorecardView
+
+    card = _accelerator_card()
+    page = card.to_html(guide=torch_sim.GUIDE)
+    assert page.count("<b>usual cause:</b> torch.accelerator asks PrivateUse1HooksInterface") == 2  # table, details
+    assert '<a href="../guide_02_hooks/">guide step 2. ' in page  # torch_sim's guide grades it in step 2
+    assert page.count("usual cause") == 2  # the probe that passed has none
+    elsewhere = card.to_html(guide=torch_sim.GUIDE, guide_url="https://example.org/notebooks")
+    assert '<a href="https://example.org/notebooks/guide_02_hooks/">' in elsewhere
+    plain = card.to_html()
+    assert "usual cause:</b> torch.accelerator asks" in plain and "guide_02" not in plain
+    view = ScorecardView(card, guide=torch_sim.GUIDE)
+    table = view.table_html()
+    assert "usual cause:</b> torch.accelerator asks PrivateUse1HooksInterface" in table
+    assert "href='../guide_02_hooks/'" in table and table.count("usual cause") == 1
+    assert "guide_02" not in ScorecardView(card).table_html()
+
+
+def test_the_guide_links_point_at_the_sites_pages_of_the_guide_notebooks():
+    import torch_sim
+
+    from pu1_explorer.conformance import step_page
+
+    root = Path(__file__).resolve().parents[2]
+    nav = (root / "mkdocs.yml").read_text()
+    for step in torch_sim.GUIDE:
+        page = step_page(step)
+        stem = page.removeprefix("../").removesuffix("/")
+        assert (root / "notebooks" / f"{stem}.ipynb").is_file(), page  # mkdocs serves it as notebooks/<stem>/
+        assert f"notebooks/{stem}.ipynb" in nav

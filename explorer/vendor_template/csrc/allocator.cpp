@@ -1,0 +1,169 @@
+// Guide step "allocator": device memory, with the statistics torch.accelerator reports.
+//
+// A vendor's allocator is a c10::DeviceAllocator registered for PrivateUse1 (REGISTER_ALLOCATOR):
+// allocate() takes memory on the current device and returns it with the function that gives it
+// back; getDeviceStats() and the resets answer torch.accelerator.memory_allocated(),
+// max_memory_allocated(), reset_peak_memory_stats() and memory_stats(). This one asks the runtime
+// for every block and frees it at once (no caching). Here too: the pinned host allocator the hooks
+// hand out, and storage resizing. What a vendor replaces: nothing at first; a caching allocator
+// (reuse of freed blocks per stream) is the usual next step once the device is fast.
+#include "backend.h"
+
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/DeviceGuard.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+namespace torch_{{ name }} {
+
+// [guide: allocator]
+namespace {
+
+using c10::CachingAllocator::StatType;
+
+// PyTorch's own counters (current, peak, allocated, freed) for the bytes and the blocks of one device.
+struct Counters {
+  c10::CachingAllocator::Stat bytes, blocks;
+};
+
+struct Statistics {
+  std::mutex mutex;
+  std::unordered_map<DeviceIndex, Counters> counters;
+};
+
+// Made on first use and never destroyed: tensors may still be freed while the process exits.
+Statistics& statistics() {
+  static Statistics* created = new Statistics();
+  return *created;
+}
+
+// Runs `change` on the counters of `device`, under the lock.
+template <typename Change>
+void update(DeviceIndex device, Change change) {
+  Statistics& s = statistics();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  change(s.counters[device]);
+}
+
+// What a DataPtr needs to give its memory back: the runtime's pointer, its size and its device.
+struct Allocation {
+  void* pointer;
+  size_t bytes;
+  DeviceIndex device;
+};
+
+void give_back(void* context) {
+  auto* allocation = static_cast<Allocation*>(context);
+  runtime::free_device(allocation->pointer);  // a deleter must not throw
+  update(allocation->device, [&](Counters& c) {
+    c.bytes.decrease(allocation->bytes);
+    c.blocks.decrease(1);
+  });
+  delete allocation;
+}
+
+struct RuntimeAllocator final : c10::DeviceAllocator {
+  c10::DataPtr allocate(size_t bytes) override {
+    DeviceIndex device = current_device();
+    if (bytes == 0) return c10::DataPtr(nullptr, c10::Device(kDevice, device));
+    void* pointer = nullptr;
+    runtime::Status status = runtime::malloc_device(&pointer, bytes);
+    TORCH_CHECK_WITH(OutOfMemoryError, status != runtime::kErrorOutOfMemory, "{{ name }}:",
+                     static_cast<int>(device), " out of memory: tried to allocate ", bytes, " bytes");
+    RUNTIME_CHECK(status);
+    update(device, [&](Counters& c) {
+      c.bytes.increase(bytes);
+      c.blocks.increase(1);
+    });
+    return c10::DataPtr(pointer, new Allocation{pointer, bytes, device}, &give_back, c10::Device(kDevice, device));
+  }
+
+  void copy_data(void* destination, const void* source, std::size_t bytes) const override {
+    RUNTIME_CHECK(runtime::copy(destination, source, bytes, runtime::CopyKind::device_to_device));
+  }
+
+  bool initialized() override { return true; }
+  void emptyCache(c10::MempoolId_t) override {}  // nothing is cached
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}  // blocks are never reused behind a stream's back
+
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(DeviceIndex device) override {
+    check_device(device);
+    Statistics& s = statistics();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    const Counters& c = s.counters[device];
+    c10::CachingDeviceAllocator::DeviceStats stats;
+    constexpr auto all = static_cast<size_t>(StatType::AGGREGATE);
+    for (auto* bytes : {&stats.allocated_bytes, &stats.active_bytes, &stats.reserved_bytes, &stats.requested_bytes})
+      (*bytes)[all] = c.bytes;
+    for (auto* blocks : {&stats.allocation, &stats.active, &stats.segment}) (*blocks)[all] = c.blocks;
+    stats.num_device_alloc = c.blocks.allocated;
+    stats.num_device_free = c.blocks.freed;
+    return stats;
+  }
+
+  void resetAccumulatedStats(DeviceIndex device) override {
+    check_device(device);
+    update(device, [](Counters& c) {
+      c.bytes.reset_accumulated();
+      c.blocks.reset_accumulated();
+    });
+  }
+
+  void resetPeakStats(DeviceIndex device) override {
+    check_device(device);
+    update(device, [](Counters& c) {
+      c.bytes.reset_peak();
+      c.blocks.reset_peak();
+    });
+  }
+
+  std::pair<size_t, size_t> getMemoryInfo(DeviceIndex device) override {
+    size_t free_bytes = 0, total_bytes = 0;
+    RUNTIME_CHECK(runtime::memory_info(device < 0 ? current_device() : device, &free_bytes, &total_bytes));
+    return {free_bytes, total_bytes};
+  }
+};
+
+RuntimeAllocator g_device_allocator;
+REGISTER_ALLOCATOR(kDevice, &g_device_allocator);
+
+// Pinned host memory: CPU tensors the device copies to and from directly (pin_memory(), is_pinned()).
+void free_pinned(void* pointer) { runtime::free_host(pointer); }
+
+struct PinnedAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t bytes) override {
+    if (bytes == 0) return c10::DataPtr(nullptr, c10::Device(c10::kCPU));
+    void* pointer = nullptr;
+    RUNTIME_CHECK(runtime::malloc_host(&pointer, bytes));
+    return c10::DataPtr(pointer, pointer, &free_pinned, c10::Device(c10::kCPU));
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &free_pinned; }
+  void copy_data(void* destination, const void* source, std::size_t bytes) const override {
+    std::memcpy(destination, source, bytes);
+  }
+};
+
+PinnedAllocator g_pinned_allocator;
+
+}  // namespace
+
+c10::Allocator* device_allocator() { return &g_device_allocator; }
+c10::Allocator* pinned_allocator() { return &g_pinned_allocator; }
+
+void resize_storage(const c10::Storage& storage, size_t new_bytes) {
+  TORCH_CHECK(storage.resizable(), "{{ name }}: this storage is not resizable");
+  size_t kept = std::min(storage.nbytes(), new_bytes);
+  c10::DeviceGuard guard(storage.device());
+  c10::DataPtr fresh = g_device_allocator.allocate(new_bytes);
+  if (kept > 0) {
+    RUNTIME_CHECK(runtime::copy(fresh.get(), storage.data(), kept, runtime::CopyKind::device_to_device));
+  }
+  storage.unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(fresh));
+  storage.unsafeGetStorageImpl()->set_nbytes(new_bytes);
+}
+// [/guide: allocator]
+
+}  // namespace torch_{{ name }}

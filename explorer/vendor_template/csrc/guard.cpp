@@ -1,0 +1,61 @@
+// Guide step "guard": {{ name }}:1 is really device 1.
+//
+// A vendor's device guard is a c10::impl::DeviceGuardImplInterface registered for PrivateUse1
+// (C10_REGISTER_GUARD_IMPL). PyTorch switches devices through it around every kernel, for
+// torch.accelerator.set_device_index, `with torch.device("{{ name }}:1")` and
+// torch.{{ name }}.set_device. This half holds the device part; the stream and event part is
+// in streams_events.cpp. What a vendor replaces: nothing here; the device calls go to runtime.h.
+#include "backend.h"
+
+namespace torch_{{ name }} {
+
+// [guide: guard]
+DeviceIndex device_count() noexcept {
+  int count = 0;
+  return runtime::device_count(&count) == runtime::kSuccess ? static_cast<DeviceIndex>(count) : 0;
+}
+
+void check_device(DeviceIndex device) {
+  // PyTorch's own wording, which its tests and users' code match.
+  TORCH_CHECK(device >= 0 && device < device_count(), "The device index is out of range. It must be in [0, ",
+              static_cast<int>(device_count()), "), but got ", static_cast<int>(device), ".");
+}
+
+DeviceIndex current_device() {
+  int device = 0;
+  RUNTIME_CHECK(runtime::get_device(&device));
+  return static_cast<DeviceIndex>(device);
+}
+
+void set_current_device(DeviceIndex device) {
+  check_device(device);
+  RUNTIME_CHECK(runtime::set_device(device));
+}
+
+c10::Device GuardImpl::getDevice() const { return c10::Device(kDevice, current_device()); }
+
+void GuardImpl::setDevice(c10::Device device) const {
+  TORCH_CHECK(device.type() == kDevice, "{{ name }}: expected a {{ name }} device, got ", device);
+  set_current_device(device.has_index() ? device.index() : current_device());
+}
+
+c10::Device GuardImpl::exchangeDevice(c10::Device device) const {
+  c10::Device previous = getDevice();
+  if (device.index() != previous.index()) setDevice(device);
+  return previous;
+}
+
+void GuardImpl::uncheckedSetDevice(c10::Device device) const noexcept {
+  if (device.has_index()) runtime::set_device(device.index());  // may not throw: a failure is ignored
+}
+
+void GuardImpl::synchronizeDevice(const DeviceIndex device) const {
+  DeviceIndex index = device < 0 ? current_device() : device;
+  check_device(index);
+  RUNTIME_CHECK(runtime::synchronize_device(index));
+}
+
+C10_REGISTER_GUARD_IMPL(PrivateUse1, GuardImpl);
+// [/guide: guard]
+
+}  // namespace torch_{{ name }}

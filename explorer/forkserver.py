@@ -48,6 +48,14 @@ _CHILD_ONLY = {_AUTOLOAD, "PYTHONWARNINGS", "PYTHONFAULTHANDLER", "PYTHONPATH", 
 _CHILD_ONLY_PREFIXES = ("JPY_", "SIM_", "PU1_")
 
 
+def signal_name(returncode: int) -> str:
+    """The name of the signal a negative exit code stands for (SIGSEGV, ...)."""
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
 def startup_environment(env: dict[str, str]) -> dict[str, str]:
     """The part of `env` a template depends on: every variable but those a child re-applies or reads later."""
     return {name: value for name, value in env.items()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import selectors
-import signal
 import subprocess
 import tempfile
 import threading
@@ -16,7 +15,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from pu1_explorer.conformance.harness import parse_message
-from pu1_explorer.forkserver import fork_server
+from pu1_explorer.forkserver import fork_server, signal_name
 
 # What the templates import besides torch, so that each child does not: the first torch.testing.assert_close
 # imports torch.distributed.tensor (0.6 s). Not the OpInfo database: it must see the functions as the
@@ -106,14 +105,6 @@ def run_program(argv: Sequence[str], env: dict[str, str], timeout: float, renew_
         errors.seek(0)
         log = errors.read()[-LOG_TAIL:].decode("utf-8", "replace")
     return Run(returncode, timed_out, messages, log, time.perf_counter() - started)
-
-
-def signal_name(returncode: int) -> str:
-    """The name of the signal a negative exit code stands for (SIGSEGV, ...)."""
-    try:
-        return signal.Signals(-returncode).name
-    except ValueError:
-        return f"signal {-returncode}"
 
 
 def ending(run: Run, timeout: float) -> tuple[str, str]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -205,8 +204,7 @@ _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\
 def error_summary(stderr: str, returncode: int) -> str:
     """The line that names the exception of a failed run, or how the process died."""
     if returncode < 0:
-        name = signal.Signals(-returncode).name if -returncode in {s.value for s in signal.Signals} else "a signal"
-        return f"the process was killed by {name} (a crash, not an exception)"
+        return f"the process was killed by {forkserver.signal_name(returncode)} (a crash, not an exception)"
     lines = stderr.strip().splitlines()
     for line in reversed(lines):
         if _EXCEPTION_LINE.match(line):

@@ -18,9 +18,12 @@ setup: ccache $(VENV)/.installed
 
 # torch and the build tools first; then the package, whose C++ parts (backend/csrc, explorer/csrc)
 # compile against that torch at install time (--no-build-isolation), as vendor extensions do; then
-# toy (examples/toy), the second backend that the scorecard page and the tests run, into build/toy-backend.
+# toy (examples/toy), the second backend that the scorecard page and the tests run, into build/toy-backend;
+# then the backend that `pu1-explorer new mydev` generates (build/mydev-source), which the page "Start your own
+# backend" and the template's tests run, into build/mydev-backend.
 $(VENV)/.installed: pyproject.toml setup.py constraints.txt docs/tooling/pyproject.toml $(wildcard backend/csrc/*) $(wildcard explorer/csrc/*) \
-		$(wildcard examples/toy/csrc/*) $(wildcard examples/toy/torch_toy/*.py) examples/toy/setup.py
+		$(wildcard examples/toy/csrc/*) $(wildcard examples/toy/torch_toy/*.py) examples/toy/setup.py \
+		explorer/new_backend.py $(shell find explorer/vendor_template -type f -not -path '*/__pycache__/*')
 	test -x $(PYTHON) || $(SYSTEM_PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet -c constraints.txt torch numpy setuptools wheel ninja
@@ -29,6 +32,10 @@ $(VENV)/.installed: pyproject.toml setup.py constraints.txt docs/tooling/pyproje
 	$(PYTHON) -c "import torch; print('sim ready:', torch.sim.device_count(), 'devices')"
 	TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(WITH_CCACHE) $(PIP) install --quiet --no-build-isolation --no-deps --upgrade \
 		--target build/toy-backend examples/toy
+	rm -rf build/mydev-source
+	$(PYTHON) -m pu1_explorer new mydev -o build/mydev-source
+	TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(WITH_CCACHE) $(PIP) install --quiet --no-build-isolation --no-deps --upgrade \
+		--target build/mydev-backend build/mydev-source
 	touch $@
 
 # Debian's ccache, so that the C++ compiles once per test run. Optional: without it everything still builds.
@@ -75,6 +82,7 @@ benchmark: setup
 	$(PYTHON) benchmarks/profiler_overhead.py
 	$(PYTHON) benchmarks/compile_speed.py
 	$(PYTHON) benchmarks/fresh_process_speed.py
+	$(PYTHON) benchmarks/new_backend_speed.py
 	$(PYTHON) benchmarks/site_build.py
 
 clean:

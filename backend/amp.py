@@ -11,7 +11,7 @@ registration per category (see `cast_policy()`):
 - float32_set_opt_dtype / float32_append_dtype: reductions such as sum, softmax and norm
   run in float32 by passing dtype=float32 (when the call did not choose a dtype);
 - promote: mixed inputs are cast to the widest dtype (addcmul, index_put, ...);
-- refused: binary_cross_entropy raises under autocast, as on CUDA;
+- refused: binary_cross_entropy raises PyTorch's own error under autocast, as on CUDA;
 - every other operator runs in the dtype of its inputs.
 """
 from __future__ import annotations
@@ -21,7 +21,9 @@ import torch
 from torch_sim.device_module import export
 from torch_sim.runtime import load_runtime
 
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+# The lower precisions autocast casts to, as on the CPU and PyTorch's reference backend: for any
+# other dtype (float32 included) torch.autocast("sim", dtype=...) warns and disables itself.
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 
 # One operator of each category; the rest of a category shares its registration site.
 CATEGORY_EXAMPLES = {
@@ -31,6 +33,7 @@ CATEGORY_EXAMPLES = {
 
 
 def get_amp_supported_dtype() -> list[torch.dtype]:
+    """The dtypes torch.autocast("sim", dtype=...) accepts; torch.autocast reads this list."""
     return list(SUPPORTED_DTYPES)
 
 

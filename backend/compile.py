@@ -7,35 +7,44 @@ asks the device module for the first two (`torch.sim.Scheduling`, `torch.sim.Pyt
 `torch.sim.CppWrapperCodegen`, `torch.sim.WrapperFxCodegen`: all four, or it ignores them) the
 first time it compiles; sim answers then, so `import torch`
 never pays for importing inductor. sim memory is host memory, so sim uses inductor's own C++ CPU
-code generation: the kernels it writes read and write sim memory directly.
+code generation: the kernels it writes read and write sim memory directly. Dynamo's question "how
+do I count and synchronize this device?" (`get_interface_for_device("sim")`) is answered from the
+moment dynamo's device-interface module loads: importing it at `import torch` would cost a second
+and a half, so sim registers through an import hook instead.
 
-Three places in inductor treat "not the CPU" as "a GPU", and sim works around each:
-- the wrapper writes calls to C++ kernels only for the device type "cpu"
-  (`_generate_kernel_call_helper` raises "device sim nyi"), so sim's wrapper writes them itself;
-- the scheduler's loop reindexing after fusion skips only nodes whose device type is "cpu"
-  (`_try_reindex_pointwise_for_reduction`) and fails on C++ kernels' loop groups, so the first
-  compile turns `torch._inductor.config.loop_reindexing_after_fusion` off;
-- `get_current_backend()` names the code generator of any device but cpu, mps, xpu and tpu
-  after `config.cuda_backend` ("triton"), so C++ kernels with indirect indexing (an embedding)
-  get Triton's type rules and fail. When the process has no CUDA device, the first compile sets
-  `config.cuda_backend = "cpp"`; beside a CUDA device it cannot, and such kernels fail on sim.
+Three places in inductor treat "not the CPU" as "a GPU", and sim corrects each through inductor's
+public classes and settings:
+- the wrapper writes calls to C++ kernels only for the device type "cpu" ("device sim nyi"), so
+  sim's wrapper (`generate_kernel_call`) states the device a C++ kernel runs on: the host CPU;
+- the scheduler's loop reindexing after fusion skips only nodes whose device type is "cpu" and
+  fails on C++ kernels' loop groups, so the first compile turns
+  `torch._inductor.config.loop_reindexing_after_fusion` off (a process-wide setting: a GPU beside
+  sim loses that optimisation);
+- inductor names the code generator of any device but cpu, mps, xpu and tpu after
+  `config.cuda_backend` ("triton"), so C++ kernels with indirect indexing (an embedding) would get
+  Triton's type rules; sim's scheduling generates its kernels under `cuda_backend = "cpp"`, for its
+  own kernels only, so a CUDA device beside sim keeps Triton.
 """
 from __future__ import annotations
 
 import functools
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
 from typing import Any
 
 import torch
 
 from torch_sim import device_module
 
+DYNAMO_INTERFACE_MODULE = "torch._dynamo.device_interface"
 INDUCTOR_ATTRIBUTES = ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen", "WrapperFxCodegen")
 
 
 @functools.cache
 def inductor_backend() -> dict[str, type]:
     """Register sim with inductor and dynamo (once) and return the classes inductor asks torch.sim for."""
-    from torch._dynamo.device_interface import CpuInterface, register_interface_for_device
     from torch._inductor import config
     from torch._inductor.codegen.common import register_device_op_overrides
     from torch._inductor.codegen.cpp import CppScheduling
@@ -44,20 +53,34 @@ def inductor_backend() -> dict[str, type]:
     from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
     from torch._inductor.codegen.wrapper_fxir import WrapperFxCodegen
 
-    class SimWrapperCodegen(PythonWrapperCodegen):
-        """Inductor's Python wrapper, which also writes the calls of C++ kernels for sim."""
+    class HostKernelCalls:
+        """Calls the C++ kernels as kernels of the host CPU, which they are: they run there, on sim memory."""
+
+        def generate_kernel_call(self, kernel_name: str, call_args: Any, *, device: Any = None, triton: bool = True,
+                                 **options: Any) -> None:
+            if not triton:
+                device = torch.device("cpu")
+            super().generate_kernel_call(kernel_name, call_args, device=device, triton=triton, **options)
+
+    class SimSubgraphWrapperCodegen(HostKernelCalls, SubgraphPythonWrapperCodegen):
+        """The wrapper of a subgraph (the branches of torch.cond, the body of a while_loop)."""
+
+    class SimWrapperCodegen(HostKernelCalls, PythonWrapperCodegen):
+        """Inductor's Python wrapper, calling the C++ kernels on sim tensors."""
 
         @staticmethod
         def create(is_subgraph: bool, subgraph_name: str | None, parent_wrapper: Any,
                    partition_signatures: Any = None) -> PythonWrapperCodegen:
             if is_subgraph:
-                return SubgraphPythonWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
+                return SimSubgraphWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
             return SimWrapperCodegen()
 
-        def _generate_kernel_call_helper(self, kernel_name: str, call_args, *, triton: bool = True, **options):
-            if triton:
-                return super()._generate_kernel_call_helper(kernel_name, call_args, triton=triton, **options)
-            self.writeline(self.wrap_kernel_call(kernel_name, call_args))
+    class SimScheduling(CppScheduling):
+        """Inductor's C++ scheduling, writing each of sim's kernels with the C++ code generator's type rules."""
+
+        def codegen_node(self, node: Any) -> None:
+            with config.patch(cuda_backend="cpp"):
+                super().codegen_node(node)
 
     class SimDeviceOpOverrides(CpuDeviceOpOverrides):
         def set_device(self, device_idx: int) -> str:
@@ -68,6 +91,18 @@ def inductor_backend() -> dict[str, type]:
 
         def device_guard(self, device_idx: int) -> str:
             return f"torch.sim.device({device_idx})"
+
+    register_device_op_overrides("sim", SimDeviceOpOverrides())
+    register_dynamo_interface()
+    config.loop_reindexing_after_fusion = False
+    return {"Scheduling": SimScheduling, "PythonWrapperCodegen": SimWrapperCodegen,
+            "CppWrapperCodegen": CppWrapperCpu, "WrapperFxCodegen": WrapperFxCodegen}
+
+
+@functools.cache
+def register_dynamo_interface() -> None:
+    """Tell dynamo how to ask sim for its devices (once): `get_interface_for_device("sim")` answers from then on."""
+    from torch._dynamo.device_interface import CpuInterface, register_interface_for_device
 
     class SimInterface(CpuInterface):
         """What dynamo asks a device: sim's devices, as torch.sim counts them."""
@@ -92,13 +127,42 @@ def inductor_backend() -> dict[str, type]:
         def synchronize(device: Any = None) -> None:
             torch.sim.synchronize(device)
 
-    register_device_op_overrides("sim", SimDeviceOpOverrides())
     register_interface_for_device("sim", SimInterface)
-    config.loop_reindexing_after_fusion = False
-    if not torch.cuda.is_available():
-        config.cuda_backend = "cpp"
-    return {"Scheduling": CppScheduling, "PythonWrapperCodegen": SimWrapperCodegen,
-            "CppWrapperCodegen": CppWrapperCpu, "WrapperFxCodegen": WrapperFxCodegen}
+
+
+class _RegisterWhenDynamoLoads(importlib.abc.MetaPathFinder):
+    """Registers sim's dynamo interface right after `torch._dynamo.device_interface` runs, wherever it is imported
+    from: importing dynamo at `import torch` would cost over a second, and registering later leaves a window in
+    which dynamo answers "No interface for device sim"."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != DYNAMO_INTERFACE_MODULE:
+            return None
+        sys.meta_path.remove(self)  # one module, once: let the usual finders find it
+        spec = importlib.util.find_spec(fullname)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _RegisteringLoader(spec.loader)
+        return spec
+
+
+class _RegisteringLoader(importlib.abc.Loader):
+    def __init__(self, loader: importlib.abc.Loader) -> None:
+        self.loader = loader
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self.loader.exec_module(module)
+        register_dynamo_interface()
+
+
+def register_dynamo_interface_when_it_loads() -> None:
+    """Register sim with dynamo now if dynamo's device interfaces are loaded, else the moment they load."""
+    if DYNAMO_INTERFACE_MODULE in sys.modules:
+        register_dynamo_interface()
+    elif not any(isinstance(finder, _RegisterWhenDynamoLoads) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _RegisterWhenDynamoLoads())
 
 
 def _inductor_attribute(name: str) -> type:
@@ -110,3 +174,4 @@ def _inductor_attribute(name: str) -> type:
 
 def install() -> None:
     device_module.export(__getattr__=_inductor_attribute)
+    register_dynamo_interface_when_it_loads()

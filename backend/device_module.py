@@ -3,6 +3,12 @@
 `torch.sim` is this module. It starts with the device basics; every later step
 adds its own functions to it (memory statistics, streams, seeds, autocast), the
 way a vendor's `torch.<device>` grows during a bring-up.
+
+PyTorch calls `torch.sim._lazy_init()` once, before the first tensor reaches the device. After it,
+a process that forks gives its child a device it must not use: a real driver's context does not
+survive fork(), so CUDA marks such a child "in a bad fork" and refuses to start there, and so does
+sim (`torch.sim._is_in_bad_fork()`), although its host memory would survive. Code that works on sim
+then also works on a real device: workers that use the device are started with 'spawn'.
 """
 from __future__ import annotations
 
@@ -28,16 +34,31 @@ def is_available() -> bool:
 
 
 def is_initialized() -> bool:
-    return is_available()
+    """True while the device can be used in this process: available, and not inherited through a fork."""
+    return is_available() and not _is_in_bad_fork()
 
 
 def _is_in_bad_fork() -> bool:
-    """sim keeps no state that a fork breaks."""
-    return False
+    """True in a child forked after the device started in its parent: the child must not use the device."""
+    return "hooks" in torch_sim.installed_steps() and _runtime().in_bad_fork()
 
 
 def _lazy_init() -> None:
-    """PyTorch calls this before it touches a device; sim has nothing to do lazily."""
+    """PyTorch calls this before it first touches the device, and counts the device as started once it returns.
+
+    Like CUDA's, it fails while the runtime cannot start (before the hooks step): a device counted as started
+    without its hooks and host allocator crashes torch.accelerator.empty_host_cache(). Like CUDA's, it also fails
+    in a child forked after the device started: a real device's driver context does not survive fork(), so the
+    child must start the device afresh (multiprocessing's 'spawn'). sim's memory is host memory and would survive,
+    but sim refuses as a real device must, so that code which runs on sim also runs on one.
+    """
+    torch_sim.require("hooks")
+    if _is_in_bad_fork():
+        raise RuntimeError(
+            "Cannot re-initialize sim in forked subprocess. To use sim with multiprocessing, you must use the "
+            "'spawn' start method (the parent had already started sim when it forked)"
+        )
+    _runtime().poison_forks()
 
 
 def device_count() -> int:
@@ -56,7 +77,8 @@ def _device_index(device: Any = None, optional: bool = True) -> int:
             raise ValueError(f"expected a sim device, got {device}")
         index = current_device() if device.index is None else device.index
     if not 0 <= index < device_count():
-        raise RuntimeError(  # as CUDA raises for an invalid device ordinal
+        raise RuntimeError(  # PyTorch's own wording first, then sim's advice
+            f"The device index is out of range. It must be in [0, {device_count()}), but got {index}. "
             f"sim:{index} does not exist: this process has {device_count()} sim device(s). "
             "Use a smaller index or set SIM_DEVICE_COUNT before the backend starts."
         )

@@ -2,10 +2,11 @@
 
 A step's record names it once and derives the rest from the name: its module
 (`backend/<name>.py`, whose docstring explains the step), its C++ file
-(`backend/csrc/<name>.cpp`, when the step has C++), its check (`backend/checks/<name>.py`,
-a program that fails before the step and works after it) and the excerpt of what a
-vendor writes for it (`backend/guide_vendor/<name>.txt`). `probes` names the
-scorecard probes that grade the step.
+(`backend/csrc/<name>.cpp`, when the step has C++) and its check (`backend/checks/<name>.py`,
+a program that fails before the step and works after it). `probes` names the
+scorecard probes that grade the step. What a vendor writes for the step comes from the
+explorer: its guide pages add the step's excerpt of the backend that `pu1-explorer new`
+generates, code a compiler builds.
 
 The records are also what `pu1_explorer.guide` takes (the explorer imports nothing of
 sim): hand it `torch_sim.GUIDE`. A fresh process is brought up to a step by calling
@@ -81,11 +82,6 @@ class Step:
         return _PACKAGE / "checks" / f"{self.name}.py"
 
     @property
-    def vendor_code(self) -> str:
-        """What a vendor writes for the step, in short (C++ mostly; Python or TOML where the step needs no C++)."""
-        return (_PACKAGE / "guide_vendor" / f"{self.name}.txt").read_text().rstrip("\n")
-
-    @property
     def explanation(self) -> str:
         """The module's docstring without its 'Step N, name:' headline, one paragraph per line (little markdown)."""
         text = ast.get_docstring(ast.parse(self.module_path.read_text())) or ""
@@ -98,13 +94,12 @@ class Step:
 
     @property
     def sources(self) -> tuple[Source, ...]:
-        """What the step's page shows: sim's Python module, its C++ file if any, and the vendor's code."""
+        """What the step's page shows of sim: its Python module and its C++ file if any."""
         shown = [Source("sim's Python module", f"backend/{self.module_path.name}", self.module_path.read_text(),
                         "python")]
         if self.cpp_path is not None:
             shown.append(Source("sim's C++ file", f"backend/csrc/{self.cpp_path.name}", self.cpp_path.read_text(),
                                 "cpp"))
-        shown.append(Source("The C++ a vendor writes for this step, in short", None, self.vendor_code, "cpp"))
         return tuple(shown)
 
 

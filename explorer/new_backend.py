@@ -5,12 +5,15 @@ guide step, a fake vendor runtime on host memory, the Python package, a scorecar
 Every file is rendered with Jinja for the device's name (`name`, `NAME` in capitals); a file name's
 `.jinja` suffix is dropped and the folder `package/` becomes `src/torch_NAME/` (a src layout: in the project
 folder, the source package cannot shadow the installed one, which has the compiled library). Guide excerpts are the
-regions between `[guide: STEP]` and `[/guide: STEP]` markers in the rendered sources.
+regions between `[guide: STEP]` and `[/guide: STEP]` markers in the rendered sources; `vendor_excerpts()` collects
+them per step, for the name `mydev`, as each guide page's "what a vendor writes".
 """
 from __future__ import annotations
 
+import functools
 import keyword
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 TEMPLATE = Path(__file__).parent / "vendor_template"
@@ -104,17 +107,66 @@ def new_backend(name: str, folder: str | Path | None = None) -> Path:
 
 
 def guide_excerpts(text: str) -> dict[str, str]:
-    """The regions of a rendered source between `[guide: STEP]` and `[/guide: STEP]` markers, joined per step."""
+    """The regions of a rendered source between `[guide: STEP]` and `[/guide: STEP]` markers, joined per step.
+
+    Regions of different steps may overlap or nest; marker lines are never part of an excerpt.
+    """
     excerpts: dict[str, list[str]] = {}
-    current: str | None = None
-    lines: list[str] = []
+    open_regions: dict[str, list[str]] = {}
     for line in text.splitlines():
         marker = _MARKER.match(line)
         if marker and not marker.group(1):
-            current, lines = marker.group(2), []
-        elif marker and current == marker.group(2):
-            excerpts.setdefault(current, []).append("\n".join(lines))
-            current = None
-        elif current is not None:
-            lines.append(line)
+            open_regions[marker.group(2)] = []
+        elif marker and marker.group(2) in open_regions:
+            excerpts.setdefault(marker.group(2), []).append("\n".join(open_regions.pop(marker.group(2))))
+        elif not marker:
+            for lines in open_regions.values():
+                lines.append(line)
     return {step: "\n\n".join(parts) for step, parts in excerpts.items()}
+
+
+EXCERPT_DEVICE = "mydev"  # the device name the guide's excerpts of the template are generated for
+_LANGUAGES = {".cpp": "cpp", ".h": "cpp", ".py": "python", ".toml": "toml"}  # pygments lexer names
+
+
+@dataclass(frozen=True)
+class VendorExcerpt:
+    """What a vendor writes for a guide step: the marked regions of one file of the generated backend."""
+
+    step: str
+    path: str  # the file's path in the generated project folder, e.g. "csrc/guard.cpp"
+    text: str
+    language: str  # a pygments lexer name
+    device: str  # the name the backend was generated for
+
+    @property
+    def caption(self) -> str:
+        """The line a guide page shows above the excerpt (`code` spans)."""
+        return f"What a vendor writes: `{self.path}` of `pu1-explorer new {self.device}`"
+
+
+@functools.lru_cache(maxsize=4)
+def _excerpts_of(name: str) -> tuple[VendorExcerpt, ...]:
+    found = []
+    for path, text in render(name).items():
+        language = _LANGUAGES.get(path.suffix)
+        if language is None:
+            continue
+        found += [VendorExcerpt(step, path.as_posix(), excerpt, language, name)
+                  for step, excerpt in guide_excerpts(text).items()]
+    return tuple(found)
+
+
+def vendor_excerpts(name: str = EXCERPT_DEVICE) -> dict[str, tuple[VendorExcerpt, ...]]:
+    """Every guide step's excerpts of the backend generated for `name` (rendered once per name), one per file:
+    the file named after the step first (csrc/guard.cpp for "guard"), then C++, TOML and Python files."""
+    if not _NAME_PATTERN.fullmatch(name or ""):
+        raise NewBackendError(f"invalid device name {name!r} for the guide's excerpts: lowercase letters and "
+                              "underscores, a letter first")
+    by_step: dict[str, list[VendorExcerpt]] = {}
+    for excerpt in _excerpts_of(name):
+        by_step.setdefault(excerpt.step, []).append(excerpt)
+    order = {language: rank for rank, language in enumerate(("cpp", "toml", "python"))}
+    return {step: tuple(sorted(excerpts, key=lambda excerpt: (Path(excerpt.path).stem != step,
+                                                              order[excerpt.language])))
+            for step, excerpts in by_step.items()}

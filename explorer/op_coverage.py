@@ -9,6 +9,10 @@ fallback counts as falling back), through ATen's routing of a PrivateUse1 convol
 missing). What only running shows, a backend's own kernel that copies to the CPU
 (`at::native::cpu_fallback` called from a per-operator kernel), is added by `observe()`
 from a fallback report.
+
+A snapshot carries the dispatch-table rows it was classified from, so that one read back
+from JSON in another process (a backend this process has not loaded) still drills down
+into that backend's own tables, never into this process's.
 """
 from __future__ import annotations
 
@@ -16,6 +20,8 @@ import csv
 import functools
 import io
 import json
+import os
+import uuid
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -23,8 +29,10 @@ from pathlib import Path
 import torch
 
 from pu1_explorer.dispatch_tables import (
-    COMPOSITE_EXPLICIT, COMPOSITE_EXPLICIT_NONFUNCTIONAL, COMPOSITE_IMPLICIT, FALLBACK, KERNEL, MISSING, entry_from_dump, role_keys,
+    COMPOSITE_EXPLICIT, COMPOSITE_EXPLICIT_NONFUNCTIONAL, COMPOSITE_IMPLICIT, FALLBACK, KERNEL, MISSING, KernelEntry,
+    UnknownOperatorError, entry_from_dump, role_keys,
 )
+from pu1_explorer.devices import privateuse1_backend
 
 COMPOSITES = (COMPOSITE_IMPLICIT, COMPOSITE_EXPLICIT, COMPOSITE_EXPLICIT_NONFUNCTIONAL)
 COPIES = "copies_to_cpu"  # the backend's own kernel, seen copying its tensors to the CPU and back
@@ -60,13 +68,75 @@ class CoverageRow:
         return self.transitive in (FALLBACK, COPIES)
 
 
+_PROCESS_TOKEN = uuid.uuid4().hex[:12]
+
+
+def this_process() -> str:
+    """An id of this process, different in every other one (a forked child has another pid): 'pid-token'."""
+    return f"{os.getpid()}-{_PROCESS_TOKEN}"
+
+
+class ForeignSnapshotError(ValueError):
+    """A snapshot without its dispatch tables: only the process that measured it could compute them."""
+
+
+@dataclass
+class MeasuredTables:
+    """The dispatch-table rows of every classified operator, as the measuring process's dispatcher computed them.
+
+    `columns` maps each backend shown ('CPU', 'PrivateUse1', …) to the key of each role; every distinct line of
+    the dispatcher's dump is stored once in `lines`, and `rows[operator][i]` is the index of the line of `keys[i]`.
+    """
+
+    columns: dict[str, dict[str, str]]
+    keys: tuple[str, ...]
+    lines: list[str]
+    rows: dict[str, list[int]]
+
+    def tables(self, operator: str) -> dict[str, list[KernelEntry]]:
+        """One operator's entries by role, per backend (the shape of `dispatch_tables.backend_tables`)."""
+        line_of_key = {key: self.lines[index] for key, index in zip(self.keys, self.rows[operator])}
+        result = {}
+        for column, roles in self.columns.items():
+            entries = [entry_from_dump(operator, line_of_key.get(key, ""), key) for key in roles.values()]
+            result[column] = [KernelEntry(operator, role, entry.kind, entry.file, entry.line)
+                              for role, entry in zip(roles, entries)]
+        return result
+
+    def to_dict(self) -> dict:
+        return {"columns": self.columns, "keys": list(self.keys), "lines": self.lines, "rows": self.rows}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> MeasuredTables:
+        return cls(data["columns"], tuple(data["keys"]), data["lines"], data["rows"])
+
+
+def _dump_line(dump: str, key: str) -> str:
+    """The line of one key in a dispatcher dump ('' when the key has none), found the way `entry_from_dump` does."""
+    if dump.startswith(key + ":"):
+        start = 0
+    else:
+        start = dump.find("\n" + key + ":") + 1
+        if start == 0:
+            return ""
+    end = dump.find("\n", start)
+    return dump[start:] if end < 0 else dump[start:end]
+
+
 @dataclass
 class CoverageSnapshot:
-    """A backend's coverage at one moment; compare two with `diff()`."""
+    """A backend's coverage at one moment; compare two with `diff()`.
+
+    `privateuse1` is the PrivateUse1 backend's name in the measuring process and `process` that process's id
+    (`this_process()`); `tables` holds the dispatch-table rows measured there, for `operator_tables()`.
+    """
 
     backend_key: str
     label: str
     rows: list[CoverageRow] = field(default_factory=list)
+    privateuse1: str | None = None
+    process: str = ""
+    tables: MeasuredTables | None = None
 
     def by_operator(self) -> dict[str, CoverageRow]:
         return {row.operator: row for row in self.rows}
@@ -113,10 +183,26 @@ class CoverageSnapshot:
             selected.append(row)
         return selected
 
+    def operator_tables(self, operator: str) -> dict[str, list[KernelEntry]]:
+        """One operator's computed entries by role, for CPU and this backend, as the measuring process had them.
+
+        Raises ForeignSnapshotError (one line, naming the command that measures them) when the snapshot lacks them.
+        """
+        if self.tables is None:
+            raise ForeignSnapshotError(
+                f"this snapshot of {self.label} holds no dispatch tables; they can only be measured in a process "
+                f"where {self.label} is loaded: `python -m pu1_explorer coverage --device {self.label} --format json` "
+                "there (with the backend imported or autoloaded) writes a snapshot that carries them")
+        if operator not in self.tables.rows:
+            raise UnknownOperatorError(f"{operator!r} is not an operator of this snapshot of {self.label}")
+        return self.tables.tables(operator)
+
     def to_json(self) -> str:
-        return json.dumps({"backend_key": self.backend_key, "label": self.label, "summary": self.summary(),
+        return json.dumps({"backend_key": self.backend_key, "label": self.label, "privateuse1": self.privateuse1,
+                           "process": self.process, "summary": self.summary(),
                            "core_summary": self.summary(core_only=True),
-                           "rows": [asdict(row) for row in self.rows]}, indent=1)
+                           "rows": [asdict(row) for row in self.rows],
+                           "tables": self.tables.to_dict() if self.tables else None}, indent=1)
 
     def to_csv(self) -> str:
         buffer = io.StringIO()
@@ -230,13 +316,27 @@ def coverage(backend_key: str = "PrivateUse1", label: str | None = None, namespa
     roles = role_keys(backend_key)
     key = roles["Backend"]
     watched = (key, roles.get("Autograd"), roles.get("Autocast"))  # a role this backend lacks reads as missing
+    columns = {column: role_keys(column) for column in dict.fromkeys(("CPU", key))}
+    table_keys = tuple(dict.fromkeys(k for column in columns.values() for k in column.values()))
     core = core_operators()
     statuses: dict[str, tuple[str, str, str]] = {}
+    line_index: dict[str, int] = {}  # each distinct dump line once: most recur across operators
+    kinds: list[str] = []  # the kind of each distinct line, parsed once
+    table_rows: dict[str, list[int]] = {}
+    positions = [table_keys.index(k) if k else None for k in watched]
     for operator in torch._C._dispatch_get_all_op_names():
         if not operator.startswith(f"{namespace}::"):
             continue
         dump = torch._C._dispatch_dump_table(operator)
-        statuses[operator] = tuple(entry_from_dump(operator, dump, k).kind if k else MISSING for k in watched)
+        row = []
+        for k in table_keys:
+            line = _dump_line(dump, k)
+            index = line_index.setdefault(line, len(line_index))
+            if index == len(kinds):
+                kinds.append(entry_from_dump(operator, line, k).kind)
+            row.append(index)
+        table_rows[operator] = row
+        statuses[operator] = tuple(kinds[row[p]] if p is not None else MISSING for p in positions)
 
     delegates = structured_delegates()
     routes = PRIVATEUSE1_ROUTES if key == "PrivateUse1" else {}
@@ -257,8 +357,10 @@ def coverage(backend_key: str = "PrivateUse1", label: str | None = None, namespa
     rows = [CoverageRow(operator, backend, autograd, autocast, operator in core, transitive(operator),
                         _family(operator))
             for operator, (backend, autograd, autocast) in sorted(statuses.items())]
+    privateuse1 = privateuse1_backend()
     name = label or (torch._C._get_privateuse1_backend_name() if key == "PrivateUse1" else key)
-    return CoverageSnapshot(key, name, rows)
+    tables = MeasuredTables(columns, table_keys, list(line_index), table_rows)
+    return CoverageSnapshot(key, name, rows, privateuse1=privateuse1, process=this_process(), tables=tables)
 
 
 def observe(snapshot: CoverageSnapshot, report) -> CoverageSnapshot:
@@ -268,10 +370,13 @@ def observe(snapshot: CoverageSnapshot, report) -> CoverageSnapshot:
     """
     copying = set(report.copying_kernels)
     rows = [replace(row, transitive=COPIES) if row.operator in copying else row for row in snapshot.rows]
-    return CoverageSnapshot(snapshot.backend_key, snapshot.label, rows)
+    return replace(snapshot, rows=rows)
 
 
 def snapshot_from_json(text: str) -> CoverageSnapshot:
-    """Read back a snapshot written by `CoverageSnapshot.to_json()`."""
+    """Read back a snapshot written by `CoverageSnapshot.to_json()`, with where it was measured and its tables."""
     data = json.loads(text)
-    return CoverageSnapshot(data["backend_key"], data["label"], [CoverageRow(**row) for row in data["rows"]])
+    tables = data.get("tables")
+    return CoverageSnapshot(data["backend_key"], data["label"], [CoverageRow(**row) for row in data["rows"]],
+                            privateuse1=data.get("privateuse1"), process=data.get("process", ""),
+                            tables=MeasuredTables.from_dict(tables) if tables else None)

@@ -127,6 +127,14 @@ class Trace:
         return [hop for hop in self.hops if hop.parent == index]
 
 
+def trace_from_json(text: str) -> Trace:
+    """Read back a trace written by `Trace.to_json()`, e.g. by `pu1-explorer trace --format json` in another process
+    (where another backend is loaded), so that this process can draw it."""
+    data = json.loads(text)
+    hops = [Hop(**{**hop, "inputs": [TensorInfo(**tensor) for tensor in hop["inputs"]]}) for hop in data["hops"]]
+    return Trace(hops=hops, device=data["device"], error=data["error"])
+
+
 def _get_hops(recorded: Trace) -> list[Hop]:
     # While a native trace runs, the hops live in its C++ buffer: bring the list up to date.
     refresh = recorded.__dict__.get("_refresh")

@@ -1,7 +1,10 @@
 """Builds the backend that `pu1-explorer new mydev` generates, for the tests that grade the vendor template.
 
-The backend is generated and installed with pip (--target, through ccache when it is there) once per test
-run into the run's temporary folder; a fresh interpreter imports it with that folder on PYTHONPATH.
+`make setup` generates it into build/mydev-source and installs it with pip into build/mydev-backend; the tests
+reuse that build while it is newer than every file of the template (and the code that renders it). Otherwise
+the backend is generated and installed (pip --target, through ccache when it is there) once per test run into the
+run's temporary folder, the same two folders side by side. A fresh interpreter imports it with the installed
+folder on PYTHONPATH.
 """
 from __future__ import annotations
 
@@ -12,6 +15,9 @@ from tests.environments import pip
 from tests.toy_backend import first_error
 
 DEVICE = "mydev"
+ROOT = Path(__file__).resolve().parents[1]
+SETUP_BUILD = ROOT / "build" / f"{DEVICE}-backend"  # where `make setup` installs it
+TEMPLATE_INPUTS = (ROOT / "explorer" / "vendor_template", ROOT / "explorer" / "new_backend.py")
 
 
 class VendorBuildError(RuntimeError):
@@ -23,18 +29,41 @@ def vendor_library(target: Path) -> Path | None:
     return next(iter(sorted((Path(target) / f"torch_{DEVICE}").glob("_C.*.so"))), None)
 
 
+def vendor_source(target: Path) -> Path:
+    """The generated project (its sources and its own tests) that was installed into `target`: the folder beside it."""
+    return Path(target).parent / f"{DEVICE}-source"
+
+
 def vendor_environment(target: Path) -> dict[str, str]:
     """The environment under which a fresh interpreter can `import torch_mydev` from `target` (sim stays unloaded)."""
     return {"PYTHONPATH": str(target), "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
 
 
-def build_vendor_backend(root: Path) -> Path:
-    """Generate the mydev backend into root/source and install it into root/site unless it is there; return site."""
-    from pu1_explorer.new_backend import new_backend
+def newest_template_file() -> float:
+    """The modification time of the newest file the generated backend is made from."""
+    files = [path for folder in TEMPLATE_INPUTS for path in ([folder] if folder.is_file() else folder.rglob("*"))
+             if path.is_file() and "__pycache__" not in path.parts]
+    return max(path.stat().st_mtime for path in files)
 
-    source, target = root / "source", root / "site"
+
+def is_current(target: Path) -> bool:
+    """True when `target` holds an installed backend, and its project beside it, newer than every template file."""
+    library = vendor_library(target)
+    return (library is not None and (vendor_source(target) / "tests").is_dir()
+            and library.stat().st_mtime >= newest_template_file())
+
+
+def build_vendor_backend(root: Path, reuse: Path = SETUP_BUILD) -> Path:
+    """The installed mydev backend: `reuse` (make setup's build) while it is current, else root/mydev-backend,
+    generated into root/mydev-source and installed there unless it already is; returns the installed folder."""
+    if is_current(reuse):
+        return reuse
+    target = root / f"{DEVICE}-backend"
+    source = vendor_source(target)
     if vendor_library(target) is not None:
         return target
+    from pu1_explorer.new_backend import new_backend
+
     shutil.rmtree(source, ignore_errors=True)
     new_backend(DEVICE, source)
     result = pip("install", "--no-build-isolation", "--no-deps", "--upgrade", "--target", str(target), str(source),

@@ -4,13 +4,16 @@
 // device memory with the deleter that gives it back, and getDeviceStats() and friends answer
 // torch.accelerator.memory_allocated() and the rest. sim's memory is host memory, rounded to
 // 512-byte blocks and cached after a free until empty_cache(); a capacity makes out-of-memory real.
-// Two host allocators live here too: the pinned-memory allocator the hooks hand out, and a CPU
-// allocator that gives a host kernel computing for sim:N fresh outputs in sim:N's memory.
+// Two host allocators live here too: the pinned-memory allocator (an at::HostAllocator) that the
+// hooks hand out and register, and a CPU allocator that gives a host kernel computing for sim:N
+// fresh outputs in sim:N's memory.
 #include "sim.h"
 
+#include <ATen/core/CachingHostAllocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -225,44 +228,117 @@ bool is_sim_memory(const c10::Storage& storage) {
   return storage.data_ptr().get_deleter() == &sim_free;
 }
 
-static std::mutex g_pinned_mutex;
-static std::map<const char*, size_t> g_pinned;  // pinned blocks: start -> size
+// Pinned host memory: an at::HostAllocator, registered for PrivateUse1 by the hooks, so that
+// torch.accelerator.empty_host_cache() and the host statistics reach it (PyTorch calls the
+// registered host allocator without checking that there is one). Blocks are rounded up to a power
+// of two and kept after a free for the next request of that size until empty_cache(), as CUDA's
+// caching host allocator does. sim runs every kernel synchronously, so a freed block has no pending
+// work on any stream and can be handed out again at once.
+struct PinnedBlock {
+  size_t size;       // the rounded size taken from the host
+  size_t requested;  // what the caller asked for: the range that is_pinned() answers true for
+};
 
-// True for any address inside a pinned block (a slice of pinned memory is pinned too).
+static std::mutex g_pinned_mutex;
+static std::map<const char*, PinnedBlock> g_pinned;                     // blocks in use, by start address
+static std::unordered_map<size_t, std::vector<void*>> g_pinned_cached;  // free blocks, by size
+static at::HostStats g_pinned_stats;
+
+static constexpr size_t kPinnedMinimumBlock = 64;
+
+// True for any address inside a pinned block in use (a slice of pinned memory is pinned too).
 bool is_pinned_address(const void* data) {
   const char* address = static_cast<const char*>(data);
   std::lock_guard<std::mutex> lock(g_pinned_mutex);
   auto after = g_pinned.upper_bound(address);
   if (after == g_pinned.begin()) return false;
   auto block = std::prev(after);
-  return address < block->first + std::max<size_t>(block->second, 1);
+  return address < block->first + std::max<size_t>(block->second.requested, 1);
 }
+
+static size_t size_bucket(size_t size) { return static_cast<size_t>(c10::llvm::Log2_64_Ceil(size)); }
 
 static void pinned_free(void* ptr) {
-  {
-    std::lock_guard<std::mutex> lock(g_pinned_mutex);
-    g_pinned.erase(static_cast<const char*>(ptr));
-  }
-  std::free(ptr);
+  if (ptr == nullptr) return;
+  std::lock_guard<std::mutex> lock(g_pinned_mutex);
+  auto found = g_pinned.find(static_cast<const char*>(ptr));
+  if (found == g_pinned.end()) return;
+  size_t size = found->second.size;
+  g_pinned.erase(found);
+  g_pinned_cached[size].push_back(ptr);
+  g_pinned_stats.active_requests.decrease(1);
+  g_pinned_stats.active_bytes.decrease(size);
 }
 
-struct PinnedAllocator final : c10::Allocator {
+struct PinnedAllocator final : at::HostAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     if (nbytes == 0) return {nullptr, nullptr, &pinned_free, c10::Device(c10::kCPU)};
-    void* ptr = std::aligned_alloc(64, (nbytes + 63) / 64 * 64);
-    TORCH_CHECK_WITH(OutOfMemoryError, ptr != nullptr, "sim: could not pin ", format_bytes(nbytes), " of host memory.");
+    size_t size = std::max(kPinnedMinimumBlock, static_cast<size_t>(c10::llvm::PowerOf2Ceil(nbytes)));
     std::lock_guard<std::mutex> lock(g_pinned_mutex);
-    g_pinned.emplace(static_cast<const char*>(ptr), nbytes);
+    void* ptr = nullptr;
+    auto cached = g_pinned_cached.find(size);
+    if (cached != g_pinned_cached.end() && !cached->second.empty()) {
+      ptr = cached->second.back();
+      cached->second.pop_back();
+    } else {
+      ptr = std::aligned_alloc(64, size);
+      TORCH_CHECK_WITH(OutOfMemoryError, ptr != nullptr, "sim: could not pin ", format_bytes(nbytes),
+                       " of host memory.");
+      g_pinned_stats.allocations.increase(1);
+      g_pinned_stats.allocated_bytes.increase(size);
+      g_pinned_stats.num_host_alloc += 1;
+      g_pinned_stats.bucket_allocation[size_bucket(size)] += 1;
+    }
+    g_pinned.emplace(static_cast<const char*>(ptr), PinnedBlock{size, nbytes});
+    g_pinned_stats.active_requests.increase(1);
+    g_pinned_stats.active_bytes.increase(size);
     return {ptr, ptr, &pinned_free, c10::Device(c10::kCPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &pinned_free; }
   void copy_data(void* dest, const void* src, std::size_t count) const final { std::memcpy(dest, src, count); }
+
+  // A block in use is "recorded" on the stream; sim's streams never have work pending, so there is
+  // nothing to wait for before the block is reused.
+  bool record_event(void* ptr, void*, c10::Stream) override {
+    std::lock_guard<std::mutex> lock(g_pinned_mutex);
+    return g_pinned.count(static_cast<const char*>(ptr)) > 0;
+  }
+  void empty_cache() override {
+    std::lock_guard<std::mutex> lock(g_pinned_mutex);
+    for (auto& [size, blocks] : g_pinned_cached) {
+      for (void* ptr : blocks) {
+        std::free(ptr);
+        g_pinned_stats.allocations.decrease(1);
+        g_pinned_stats.allocated_bytes.decrease(size);
+        g_pinned_stats.num_host_free += 1;
+      }
+    }
+    g_pinned_cached.clear();
+  }
+  at::HostStats get_stats() override {
+    std::lock_guard<std::mutex> lock(g_pinned_mutex);
+    return g_pinned_stats;
+  }
+  void reset_accumulated_stats() override {
+    std::lock_guard<std::mutex> lock(g_pinned_mutex);
+    for (auto* stat : {&g_pinned_stats.active_requests, &g_pinned_stats.active_bytes, &g_pinned_stats.allocations,
+                       &g_pinned_stats.allocated_bytes})
+      stat->reset_accumulated();
+    g_pinned_stats.num_host_alloc = g_pinned_stats.num_host_free = 0;
+    std::fill(g_pinned_stats.bucket_allocation.begin(), g_pinned_stats.bucket_allocation.end(), 0);
+  }
+  void reset_peak_stats() override {
+    std::lock_guard<std::mutex> lock(g_pinned_mutex);
+    for (auto* stat : {&g_pinned_stats.active_requests, &g_pinned_stats.active_bytes, &g_pinned_stats.allocations,
+                       &g_pinned_stats.allocated_bytes})
+      stat->reset_peak();
+  }
 };
 static PinnedAllocator g_pinned_allocator;
 
 c10::DeviceAllocator& device_allocator() { return g_allocator; }
 c10::Allocator* redirecting_cpu_allocator() { return &g_redirecting_cpu_allocator; }
-c10::Allocator* pinned_allocator() { return &g_pinned_allocator; }
+at::HostAllocator* pinned_allocator() { return &g_pinned_allocator; }
 
 DeviceIndex exchange_host_redirect(DeviceIndex device) {
   DeviceIndex previous = t_host_redirect;
@@ -319,6 +395,25 @@ void bind_allocator(pybind11::module& module) {
     m.capacity = capacity;
   });
 
+  module.def("host_memory_stats", []() {
+    at::HostStats stats = g_pinned_allocator.get_stats();
+    std::map<std::string, int64_t> flat{{"num_host_alloc", stats.num_host_alloc},
+                                        {"num_host_free", stats.num_host_free}};
+    auto add = [&flat](const std::string& name, const c10::CachingAllocator::Stat& stat) {
+      flat[name + ".current"] = stat.current;
+      flat[name + ".peak"] = stat.peak;
+      flat[name + ".allocated"] = stat.allocated;
+      flat[name + ".freed"] = stat.freed;
+    };
+    add("allocations", stats.allocations);
+    add("allocated_bytes", stats.allocated_bytes);
+    add("active_requests", stats.active_requests);
+    add("active_bytes", stats.active_bytes);
+    return flat;
+  });
+  module.def("reset_peak_host_memory_stats", []() { g_pinned_allocator.reset_peak_stats(); });
+  module.def("reset_accumulated_host_memory_stats", []() { g_pinned_allocator.reset_accumulated_stats(); });
+  module.def("empty_host_cache", []() { g_pinned_allocator.empty_cache(); });
   module.def("is_pinned_pointer",
              [](int64_t address) { return is_pinned_address(reinterpret_cast<const void*>(address)); });
 }

@@ -12,13 +12,24 @@
 namespace sim {
 
 // CUDA refuses binary_cross_entropy under autocast (a float16 sigmoid output loses too much
-// precision); sim refuses it the same way, with the way out in the message.
-static at::Tensor binary_cross_entropy_refused(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
-                                               int64_t) {
-  TORCH_CHECK(false,
-              "sim: binary_cross_entropy is not allowed under autocast, as on CUDA: a sigmoid output in lower "
-              "precision makes it unsafe. Use binary_cross_entropy_with_logits (BCEWithLogitsLoss), which "
-              "takes the logits and is safe, or compute this loss outside the autocast region.");
+// precision). sim refuses it with PyTorch's own message, which tests and users' code match: the
+// kernel CUDA registers on its autocast key raises it, and it needs no CUDA to do so (it only
+// refuses). sim's own note follows it.
+static at::Tensor binary_cross_entropy_refused(const at::Tensor& self, const at::Tensor& target,
+                                               const std::optional<at::Tensor>& weight, int64_t reduction) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("aten::binary_cross_entropy", "")
+                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                         int64_t)>();
+  std::string refusal = "binary_cross_entropy is unsafe to autocast.";
+  try {
+    op.redispatch(c10::DispatchKeySet(c10::DispatchKey::AutocastCUDA), self, target, weight, reduction);
+  } catch (const c10::Error& error) {
+    refusal = error.msg();
+  }
+  TORCH_CHECK(false, refusal,
+              "\nsim refuses it under autocast as CUDA does; compute this loss outside the autocast region if it "
+              "must take probabilities.");
 }
 
 // CUDA's whole policy, from PyTorch's shared op lists. Each category is its own registration

@@ -29,9 +29,12 @@ struct SimGuardImpl final : c10::impl::DeviceGuardImplInterface {
     if (device.has_index() && device.index() >= 0 && device.index() < g_device_count.load())
       t_current_device = device.index();
   }
-  // A device without an index (torch.Stream(device="sim")) means the current device, as on CUDA.
+  // A device without an index (torch.Stream(device="sim")) means the current device, as on CUDA; an
+  // index past the last device is refused before any stream of it is handed out.
   static c10::Device resolved(c10::Device device) {
-    return device.has_index() ? device : c10::Device(kSim, t_current_device);
+    if (!device.has_index()) return c10::Device(kSim, t_current_device);
+    check_device_index(device.index());
+    return device;
   }
   c10::Stream getStream(c10::Device device) const override { return current_stream(resolved(device)); }
   c10::Stream getDefaultStream(c10::Device device) const override {

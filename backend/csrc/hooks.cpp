@@ -4,9 +4,14 @@
 // at::RegisterPrivateUse1HooksInterface. PyTorch asks them whenever it needs the device outside an
 // operator: is it available, how many devices, which is current, the default generators, the
 // pinned-memory allocator, which device a pointer belongs to, how to resize a storage.
+// The pinned-memory allocator is also registered as the device's host allocator
+// (at::setHostAllocator): torch.accelerator.empty_host_cache() calls it without checking that one is
+// registered, so a device without one crashes the interpreter there.
 #include "sim.h"
 
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <torch/csrc/utils/device_lazy_init.h>
 
 #include <memory>
 
@@ -33,7 +38,8 @@ struct SimHooks final : at::PrivateUse1HooksInterface {
   }
   DeviceIndex maybeExchangeDevice(DeviceIndex device) const override { return exchangeDevice(device); }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t new_bytes) const override {
-    TORCH_CHECK(storage.resizable(), "sim: this storage is not resizable");
+    TORCH_CHECK(storage.resizable(), "Trying to resize storage that is not resizable (a sim storage over memory sim "
+                "does not own, such as from_blob's)");
     if (new_bytes > storage.nbytes()) {
       grow_storage(storage, new_bytes);
     } else {
@@ -48,8 +54,14 @@ static void install_hooks() {
   if (g_hooks) return;
   g_hooks = std::make_unique<SimHooks>();
   at::RegisterPrivateUse1HooksInterface(g_hooks.get());
+  at::setHostAllocator(kSim, pinned_allocator());
 }
 
-void bind_hooks(pybind11::module& module) { module.def("install_hooks", &install_hooks); }
+void bind_hooks(pybind11::module& module) {
+  module.def("install_hooks", &install_hooks);
+  // After the device has started, a forked child is marked "in a bad fork" and must not start it again.
+  module.def("poison_forks", []() { torch::utils::register_fork_handler_for_device_init(kSim); });
+  module.def("in_bad_fork", []() { return torch::utils::is_device_in_bad_fork(kSim); });
+}
 
 }  // namespace sim

@@ -470,6 +470,11 @@ c10::Scalar sim_local_scalar_dense(const at::Tensor& self) {
 }
 
 // ------------------------------------------------- convolution (explicit)
+// The outputs are contiguous whatever the layout of the inputs: for a device's *_overrideable convolutions,
+// torch's fake kernels (which torch.compile plans its buffers with) predict the contiguous format, while the host
+// CPU kernel may answer in channels-last; inductor asserts the strides it planned.
+static at::Tensor contiguous_if_defined(const at::Tensor& t) { return t.defined() ? t.contiguous() : t; }
+
 at::Tensor sim_convolution_overrideable(const at::Tensor& input, const at::Tensor& weight,
                                         const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
                                         c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
@@ -483,7 +488,7 @@ at::Tensor sim_convolution_overrideable(const at::Tensor& input, const at::Tenso
     HostScope scope(input.device());
     std::optional<at::Tensor> host_bias = bias ? std::optional<at::Tensor>(host_alias(*bias)) : std::nullopt;
     output = at::convolution(host_alias(input), host_alias(weight), host_bias, stride, padding, dilation,
-                             transposed, output_padding, groups);
+                             transposed, output_padding, groups).contiguous();
   }
   return to_device(output, input.device());
 }
@@ -496,8 +501,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sim_convolution_backward_override
   {
     HostScope scope(input.device());
     std::vector<int64_t> bias_sizes{grad_output.size(1)};
-    grads = at::convolution_backward(host_alias(grad_output), host_alias(input), host_alias(weight), bias_sizes,
-                                     stride, padding, dilation, transposed, output_padding, groups, output_mask);
+    auto [grad_input, grad_weight, grad_bias] =
+        at::convolution_backward(host_alias(grad_output), host_alias(input), host_alias(weight), bias_sizes, stride,
+                                 padding, dilation, transposed, output_padding, groups, output_mask);
+    grads = {contiguous_if_defined(grad_input), contiguous_if_defined(grad_weight), contiguous_if_defined(grad_bias)};
   }
   return {to_device(std::get<0>(grads), input.device()), to_device(std::get<1>(grads), input.device()),
           to_device(std::get<2>(grads), input.device())};

@@ -14,11 +14,11 @@ thread_local DeviceIndex t_current_device = 0;
 
 void check_device_index(DeviceIndex index) {
   int count = g_device_count.load();
-  TORCH_CHECK(  // a RuntimeError, as CUDA raises for an invalid device ordinal
+  TORCH_CHECK(  // PyTorch's own wording first (its tests and users' code match it), then sim's advice
       index >= 0 && index < count,
-      "sim:", static_cast<int>(index), " does not exist: this process has ", count,
-      " sim device(s), sim:0 to sim:", count - 1,
-      ". Use a smaller index or set SIM_DEVICE_COUNT before the backend starts.");
+      "The device index is out of range. It must be in [0, ", count, "), but got ", static_cast<int>(index),
+      ". sim:", static_cast<int>(index), " does not exist: this process has ", count, " sim device(s), sim:0 to sim:",
+      count - 1, ". Use a smaller index or set SIM_DEVICE_COUNT before the backend starts.");
 }
 
 DeviceIndex checked(int64_t device) {

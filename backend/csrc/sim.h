@@ -15,6 +15,10 @@
 #include <optional>
 #include <string>
 
+namespace at {
+struct HostAllocator;
+}  // namespace at
+
 namespace sim {
 
 using c10::DeviceIndex;
@@ -38,7 +42,7 @@ bool is_sim_memory(const c10::Storage& storage);
 void create_device_memory(int device_count, int64_t capacity);
 std::optional<DeviceIndex> device_of_pointer(const void* data);  // nullopt outside sim memory
 bool is_pinned_address(const void* data);
-c10::Allocator* pinned_allocator();
+at::HostAllocator* pinned_allocator();  // registered for PrivateUse1 by the hooks
 // While a host kernel computes for sim:N, the CPU allocator hands out sim:N's memory.
 c10::Allocator* redirecting_cpu_allocator();
 DeviceIndex exchange_host_redirect(DeviceIndex device);  // -1: no redirect; returns the previous one

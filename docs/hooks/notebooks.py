@@ -40,8 +40,9 @@ HTML_MIMES = {"text/html", "text/markdown", "text/latex", "image/png", "image/jp
 _started = 0.0
 
 # Everything an executed notebook depends on besides itself: the packages it imports (sim, the explorer, the example
-# backend toy), the data files they read (.json, .md) and the build's own tooling. Nothing under tests/.
-SOURCES = (".py", ".cpp", ".h", ".json", ".md")
+# backend toy), the data files they read (.json, .md), the vendor template (.jinja) and the build's own tooling.
+# Nothing under tests/.
+SOURCES = (".py", ".cpp", ".h", ".json", ".md", ".jinja")
 NOTEBOOK_INPUTS = {"backend": SOURCES, "explorer": SOURCES, "examples": SOURCES,
                    "docs/hooks": (".py",), "docs/tooling": (".py", ".json", ".toml")}
 NOTEBOOKS = NotebookCache(CACHE, ROOT, NOTEBOOK_INPUTS)

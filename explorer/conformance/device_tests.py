@@ -30,6 +30,8 @@ What each finding becomes:
   test_ops.py's `TestCommon.test_compare_cpu` (the test that compares with the CPU) in the dtype swept.
 - an operator whose bad inputs crashed or hung: `TestCommon.test_errors` skipped; one that raised another
   error or none: an expected failure of `TestCommon.test_errors` (the test that runs `error_inputs`).
+- an operator one sweep skipped (say, its output is random or uninitialised) and the other covered: the
+  skipping sweep's test is skipped, with that sweep's reason.
 - a capability probe that failed, crashed or timed out excludes the test classes or tests of PyTorch's
   suites that cannot run without that capability (`PROBE_EXCLUSIONS`).
 
@@ -75,6 +77,7 @@ def configuration(card: Scorecard) -> dict[str, Any]:
     allowlist: dict[str, None] = {}
     left_out: dict[str, str] = {}
     overrides: dict[str, list[dict[str, Any]]] = {}
+    skipped: list[tuple[str, tuple[str, str], str]] = []  # (operator, the sweep's test, finding)
     swept = False
     for probe in card.probes:
         if probe.name not in SWEEP_TESTS:
@@ -85,6 +88,7 @@ def configuration(card: Scorecard) -> dict[str, Any]:
             finding = f"scorecard, {probe.name}: {op.status}: {op.detail}".rstrip(": ")
             if op.status == "skipped":
                 left_out.setdefault(op.name, finding)
+                skipped.append((op.name, test, finding))
                 continue
             allowlist[op.name] = None
             if op.status == "passed":
@@ -98,6 +102,9 @@ def configuration(card: Scorecard) -> dict[str, Any]:
             overrides.setdefault(op.name, []).append(entry)
     for name in allowlist:
         left_out.pop(name, None)
+    for name, test, finding in skipped:  # the other sweep covered it: this sweep's test has nothing to check
+        if name in allowlist:
+            overrides.setdefault(name, []).append(_override("skip", test, finding))
     exclusions: dict[str, dict[str, Any]] = {}
     for probe in card.probes:
         if probe.name not in PROBE_EXCLUSIONS or probe.status in ("passed", "skipped"):

@@ -391,8 +391,9 @@ def rnns(device: str, imports: Sequence[str] = ()) -> None:
     report("nn.LSTM and nn.GRU (2 layers) forward and backward match the CPU")
 
 
-@hint('device events come from profiler stubs registered for PrivateUse1 '
-      '(torch::profiler::impl::registerPrivateUse1Methods) that record events and time them on the device')
+@hint('profile(activities=[..., ProfilerActivity.PrivateUse1]) reads device events from an activity profiler '
+      'registered for PrivateUse1 with kineto (PrivateUse1ProfilerRegistry); the legacy profiler needs stubs '
+      '(torch::profiler::impl::registerPrivateUse1Methods) that time operators with device events')
 def profiler(device: str, imports: Sequence[str] = ()) -> None:
     """The profiler records device events (DeviceType.PrivateUse1) with non-negative device times."""
     from torch.profiler import ProfilerActivity, profile

@@ -21,6 +21,9 @@ from pu1_explorer.conformance.harness import (describe, emit, first_line, instal
 UNDEFINED_OUTPUT = ("rand", "bernoulli", "dropout", "multinomial", "normal", "uniform", "exponential", "geometric",
                     "cauchy", "log_normal", "empty", "poisson")
 _TOLERANCE = {"rtol": 1e-3, "atol": 1e-3}  # test_ops.py's test_compare_cpu
+# Positional arguments (by index after the input) that an operator takes as a CPU tensor on every device, as the
+# OpInfo's samples made for a device keep them: tensor_split's tensor of indices or sections.
+CPU_ARGUMENTS = {"tensor_split": (0,)}
 
 
 def full_name(op: Any) -> str:
@@ -29,26 +32,41 @@ def full_name(op: Any) -> str:
 
 
 def to_device(value: Any, device: str) -> Any:
-    """Tensors (in lists, tuples, named tuples and dicts) copied to `device`; a CPU torch.device becomes it."""
+    """Tensors (in lists, tuples, named tuples and dicts) copied to `device`; a CPU device ("cpu" or a torch.device)
+    becomes it. A strided tensor keeps its strides and storage offset over a copy of its whole storage: a partial
+    view's operator may reach elements outside the view (as_strided)."""
     import torch
 
     if isinstance(value, torch.Tensor):
-        return value.detach().to(device)
+        value = value.detach()
+        if value.layout != torch.strided or value.is_quantized or value.is_conj() or value.is_neg():
+            return value.to(device)
+        elements = value.untyped_storage().nbytes() // value.element_size()
+        whole = value.as_strided((elements,), (1,), 0).to(device)
+        return whole.as_strided(value.shape, value.stride(), value.storage_offset())
     if isinstance(value, (list, tuple)):
         converted = [to_device(v, device) for v in value]
         return type(value)(*converted) if hasattr(value, "_fields") else type(value)(converted)
     if isinstance(value, dict):
         return {k: to_device(v, device) for k, v in value.items()}
-    if isinstance(value, torch.device) and value.type == "cpu":
+    if isinstance(value, torch.device) and value.type == "cpu" or isinstance(value, str) and value == "cpu":
         return torch.device(device)
     return value
 
 
-def _device_kwargs(kwargs: dict, device: str) -> dict:
-    kwargs = to_device(kwargs, device)
-    if kwargs.get("device") == "cpu":
-        kwargs["device"] = device
-    return kwargs
+def names_the_device(sample: Any) -> bool:
+    """Whether a CPU sample input has a tensor or names the CPU device: then its device run must give device outputs
+    (a factory call without a device, such as arange(2), gives CPU tensors on both runs)."""
+    import torch
+
+    def found(value: Any) -> bool:
+        if isinstance(value, (list, tuple)):
+            return any(found(v) for v in value)
+        if isinstance(value, dict):
+            return any(found(v) for v in value.values())
+        return isinstance(value, (torch.Tensor, torch.device)) or isinstance(value, str) and value == "cpu"
+
+    return found([sample.input, sample.args, sample.kwargs])
 
 
 def pick_dtype(op: Any) -> Any:
@@ -75,8 +93,10 @@ def op_status(counts: dict[str, int]) -> str:
     return "skipped"
 
 
-def compare_outputs(actual: Any, expected: Any, device: str) -> None:
-    """Assert that an operator's outputs on the device match the CPU's: placement, dtype, shape, values."""
+def compare_outputs(actual: Any, expected: Any, device: str, placed: bool = True) -> None:
+    """Assert that an operator's outputs on the device match the CPU's: placement (when the call was `placed` on the
+    device), dtype, shape, values. One-byte floats (float8) compare as float32: assert_close has no tolerance for
+    them."""
     import torch
     from torch.utils._pytree import tree_flatten
 
@@ -88,13 +108,15 @@ def compare_outputs(actual: Any, expected: Any, device: str) -> None:
         if isinstance(e, torch.Tensor):
             if not isinstance(a, torch.Tensor):
                 raise AssertionError(f"a {type(a).__name__} where the CPU returns a tensor")
-            if e.device.type == "cpu" and a.device.type != device:
+            if placed and e.device.type == "cpu" and a.device.type != device:
                 raise AssertionError(f"an output is on {a.device}, not on the device")
             if a.dtype != e.dtype or a.shape != e.shape:
                 raise AssertionError(f"output {a.dtype} {tuple(a.shape)} where the CPU gives "
                                      f"{e.dtype} {tuple(e.shape)}")
-            torch.testing.assert_close(a.detach().cpu(), e.detach(), equal_nan=True, check_stride=False,
-                                       **_TOLERANCE)
+            a, e = a.detach().cpu(), e.detach()
+            if e.dtype.is_floating_point and e.dtype.itemsize == 1:
+                a, e = a.float(), e.float()
+            torch.testing.assert_close(a, e, equal_nan=True, check_stride=False, **_TOLERANCE)
         else:
             torch.testing.assert_close(a, e, equal_nan=True, **_TOLERANCE)
 
@@ -112,8 +134,9 @@ def differential(op: Any, device: str, limit: int) -> tuple[str, dict[str, int],
         if limit and index >= limit:
             break
         d_input = to_device(sample.input, device)
-        d_args = to_device(sample.args, device)
-        d_kwargs = _device_kwargs(dict(sample.kwargs), device)
+        d_args = tuple(arg if position in CPU_ARGUMENTS.get(op.name, ()) else to_device(arg, device)
+                       for position, arg in enumerate(sample.args))
+        d_kwargs = to_device(dict(sample.kwargs), device)
         try:
             expected = op(sample.input, *sample.args, **sample.kwargs)
         except Exception:
@@ -126,7 +149,7 @@ def differential(op: Any, device: str, limit: int) -> tuple[str, dict[str, int],
             detail = detail or f"{dtype}: {describe(error)}"
             continue
         try:
-            compare_outputs(actual, expected, device)
+            compare_outputs(actual, expected, device, placed=names_the_device(sample))
         except AssertionError as error:
             counts["mismatched"] += 1
             detail = detail or f"{dtype}: {first_line(error)}"

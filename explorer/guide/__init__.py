@@ -4,7 +4,9 @@ The explorer knows no backend: a backend hands in its guide as data, a sequence 
 in bring-up order, each an object with the attributes of `GuideStep` (sim's are
 `torch_sim.GUIDE`). A step's check runs in a fresh process brought up to a step as the
 step's `bring_up` says: `variable` names the step, then `function` is called. Before the
-first step nothing is brought up.
+first step nothing is brought up. A step's page shows the backend's own code (`sources`) and
+what a vendor writes for a step of that name: its excerpts of the backend `pu1-explorer new`
+generates (`pu1_explorer.new_backend.vendor_excerpts`).
 
 >>> import torch_sim
 >>> from pu1_explorer.guide import check_step
@@ -80,7 +82,7 @@ class GuideStep(Protocol):
     def explanation(self) -> str: ...  # paragraphs, '- ' items and `code` spans
 
     @property
-    def sources(self) -> Sequence[GuideSource]: ...
+    def sources(self) -> Sequence[GuideSource]: ...  # the backend's own code (the page adds the template's)
 
     @property
     def check_program(self) -> Path: ...  # a Python file that fails before the step and works after it

@@ -4,9 +4,9 @@ from __future__ import annotations
 import ipywidgets
 
 from pu1_explorer.devices import backend_key, check_device
-from pu1_explorer.op_coverage import STATUS_ORDER, CoverageSnapshot, coverage, diff
-from pu1_explorer.dispatch_tables import FALLTHROUGH, backend_tables
-from pu1_explorer.widgets.base import ExplorerWidget, escape, figure_html
+from pu1_explorer.op_coverage import STATUS_ORDER, CoverageSnapshot, ForeignSnapshotError, coverage, diff
+from pu1_explorer.dispatch_tables import FALLTHROUGH
+from pu1_explorer.widgets.base import ExplorerWidget, escape, figure_html, message_html
 from pu1_explorer.widgets.figures import coverage_treemap, dispatch_table_figure
 
 TABLE_ROWS = 200
@@ -53,6 +53,7 @@ class CoverageExplorer(ExplorerWidget):
         self.drill = ipywidgets.Combobox(options=[row.operator for row in self.snapshot.rows], ensure_option=True,
                                          description="drill down", placeholder="an operator from the table")
         self.drill_output = ipywidgets.Output()
+        self.drill_message = ipywidgets.HTML()
         self.picture = ipywidgets.Output()
         self.differences = ipywidgets.HTML()
         self.drilled = None
@@ -62,8 +63,8 @@ class CoverageExplorer(ExplorerWidget):
         self.drill.observe(lambda change: self.drill_down(change["new"]), names="value")
         filters = ipywidgets.VBox([ipywidgets.HBox([self.search, self.status, self.transitive]),
                                    ipywidgets.HBox([self.core_only, self.autograd, self.autocast])])
-        super().__init__([self.picture, filters, self.count, self.table, self.drill, self.drill_output,
-                          self.differences])
+        super().__init__([self.picture, filters, self.count, self.table, self.drill, self.drill_message,
+                          self.drill_output, self.differences])
         self.show_figure(self.picture, self.figure())
         self.refresh()
         self.differences.value = self.diff_html()
@@ -84,12 +85,20 @@ class CoverageExplorer(ExplorerWidget):
         return coverage_treemap(self.snapshot, core_only=self.core_only.value)
 
     def drill_down(self, operator: str):
-        """Draw one operator's dispatch table for CPU and this backend; returns the figure (None if unknown)."""
+        """Draw one operator's dispatch table for CPU and this backend, as the snapshot's own process measured it;
+        returns the figure (None for an unknown operator, or a snapshot without tables: a message says why)."""
         if operator not in {row.operator for row in self.snapshot.rows}:
             return None
-        backends = ("CPU", self.snapshot.backend_key) if self.snapshot.backend_key != "CPU" else ("CPU",)
-        self.drilled = dispatch_table_figure(backend_tables(operator, backends),
-                                             title=f"{operator}: computed entries by role")
+        self.drilled = None
+        self.drill_output.clear_output()
+        try:
+            tables = self.snapshot.operator_tables(operator)
+        except ForeignSnapshotError as error:
+            self.drill_message.value = message_html(str(error), "error")
+            return None
+        self.drill_message.value = ""
+        self.drilled = dispatch_table_figure(tables, title=f"{operator}: computed entries by role, measured for "
+                                                           f"{self.snapshot.label}")
         self.show_figure(self.drill_output, self.drilled)
         return self.drilled
 

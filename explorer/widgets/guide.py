@@ -15,6 +15,7 @@ from pathlib import Path
 import ipywidgets
 
 from pu1_explorer import guide
+from pu1_explorer.new_backend import vendor_excerpts
 from pu1_explorer.pages import STATUS_COLOURS
 from pu1_explorer.widgets.base import (ExplorerWidget, code_html, escape, folded_code_html, inline_code_html,
                                        inline_markdown, message_html)
@@ -39,12 +40,23 @@ def check_html(check: guide.StepCheck | None, device: str) -> str:
             f"<td>{output.format(escape(check.after))}</td></tr></table>{coverage}")
 
 
+VENDOR_FOLD_AFTER = 60  # what a vendor writes is what the page is for: shown open unless it is long
+
+
 def sources_html(step: guide.GuideStep) -> str:
-    """The step's code as the backend gives it (e.g. its module, its C++ file, what a vendor writes), each folded."""
+    """The step's code as the backend gives it (e.g. its module, its C++ file), then what a vendor writes for the
+    step: its excerpts of the backend `pu1-explorer new` generates, code a compiler builds; long ones folded."""
     parts = []
     for source in step.sources:
         where = f" <code>{escape(source.path)}</code>" if source.path else ""
         parts.append(folded_code_html(escape(source.caption) + where, source.text, source.language))
+    excerpts = vendor_excerpts().get(step.name, ())
+    for excerpt in excerpts:
+        parts.append(folded_code_html(inline_code_html(excerpt.caption), excerpt.text, excerpt.language,
+                                      fold_after=VENDOR_FOLD_AFTER))
+    if not excerpts:
+        parts.append(f"<p><i>The template of <code>pu1-explorer new</code> has no code marked for the step "
+                     f"<code>{escape(step.name)}</code>.</i></p>")
     return "".join(parts)
 
 

@@ -51,6 +51,21 @@ def test_forward_and_backward_are_bit_identical_to_cpu(dtype, variant):
         assert torch.equal(cpu, sim)
 
 
+@pytest.mark.parametrize("mask_shape", [(8, 8), (2, 4, 8, 8)], ids=["broadcast mask", "full mask"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_a_mask_that_requires_grad_gets_the_cpus_gradient(dtype, mask_shape):
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 8, 16, dtype=dtype, generator=generator) for _ in range(3))
+    mask = torch.randn(mask_shape, dtype=dtype, generator=generator)
+    gradients = {}
+    for device in ("cpu", "sim"):
+        leaves = [t.detach().clone().to(device).requires_grad_() for t in (q, k, v, mask)]
+        F.scaled_dot_product_attention(*leaves[:3], attn_mask=leaves[3]).sum().backward()
+        gradients[device] = [leaf.grad.cpu() for leaf in leaves]
+    for cpu, sim in zip(gradients["cpu"], gradients["sim"]):
+        assert torch.equal(cpu, sim)
+
+
 def test_dropout_draws_from_sims_generator_like_the_cpu_from_its_own():
     q, k, v = (torch.randn(2, 4, 8, 16) for _ in range(3))
     torch.manual_seed(7)

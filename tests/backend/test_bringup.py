@@ -28,14 +28,14 @@ def test_the_records_number_the_steps_and_name_each_once():
     assert torch_sim.GUIDE is GUIDE
 
 
-def test_every_step_has_its_module_check_and_vendor_code_and_the_cpp_files_are_the_steps():
+def test_every_step_has_its_module_and_check_and_the_cpp_files_are_the_steps():
     for step in GUIDE:
         assert step.module_path == BACKEND / f"{step.name}.py" and step.module_path.is_file()
         assert f"Step {step.number}, " in ast.get_docstring(ast.parse(step.module_path.read_text()))
         ast.parse(step.check_program.read_text())  # a program of its own, not text in a string
-        assert step.vendor_code and not step.vendor_code.endswith("\n")
         assert step.title and step.explanation and not step.explanation.startswith("Step ")
-        assert [source.path for source in step.sources][0] == f"backend/{step.name}.py"
+        assert [source.path for source in step.sources] == [f"backend/{step.name}.py"] + (
+            [f"backend/csrc/{step.name}.cpp"] if step.cpp_path is not None else [])  # sim's code only
     with_cpp = {step.name for step in GUIDE if step.cpp_path is not None}
     assert with_cpp == {path.stem for path in (BACKEND / "csrc").glob("*.cpp")} - {"runtime"}
     assert {"device_module", "autograd", "autoload", "compile"}.isdisjoint(with_cpp)

@@ -1,6 +1,9 @@
 """Step 13, compile: torch.compile with its default backend, inductor, generates kernels for sim."""
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch._dynamo
@@ -139,3 +142,43 @@ def test_the_tracer_sees_that_compiled_code_dispatches_only_allocations_and_exte
     assert {"aten::gelu", "aten::native_layer_norm"} <= reached["eager"]
     assert "aten::empty_strided" in reached["compiled"]
     assert not {"aten::gelu", "aten::native_layer_norm"} & reached["compiled"]
+
+
+@pytest.mark.parametrize("first_import", ["import torch", "import torch._dynamo"])
+def test_dynamo_knows_sims_device_interface_before_anything_compiles(first_import):
+    program = (f"{first_import}\nimport sys\n"
+               "print('torch._dynamo' in sys.modules)\n"
+               "from torch._dynamo.device_interface import get_interface_for_device\n"
+               "interface = get_interface_for_device('sim')\n"
+               "print(interface.device_count() == torch.sim.device_count(), interface.is_available())\n"
+               "print('torch._inductor.codegen.cpp' in sys.modules)")
+    completed = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    dynamo_loaded_at_start, answers, inductor_codegen_loaded = completed.stdout.split("\n")[:3]
+    assert dynamo_loaded_at_start == str(first_import == "import torch._dynamo")  # `import torch` stays light
+    assert answers == "True True"
+    assert inductor_codegen_loaded == "False"
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["training", "no_grad"])
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last], ids=["contiguous", "nhwc"])
+def test_compiled_conv2d_matches_eager_in_either_memory_format(memory_format, training):
+    """sim's convolutions return contiguous outputs and gradients, the strides torch's fake kernels predict for a
+    PrivateUse1 device and inductor asserts (under no_grad it turns the inputs channels-last itself)."""
+    torch.manual_seed(0)
+    reference = torch.nn.Conv2d(3, 8, 3, padding=1, stride=2)
+    model = torch.nn.Conv2d(3, 8, 3, padding=1, stride=2).to("sim", memory_format=memory_format)
+    model.load_state_dict(reference.state_dict())
+    x = torch.randn(2, 3, 16, 16).to(memory_format=memory_format)
+    with torch.set_grad_enabled(training):
+        eager = model(x.to("sim"))
+        compiled = torch.compile(model)(x.to("sim"))
+        expected = reference(x)
+    assert eager.is_contiguous() and compiled.device.type == "sim"
+    torch.testing.assert_close(compiled.cpu(), expected, rtol=1e-4, atol=1e-5)
+    if training:
+        compiled.square().sum().backward()
+        expected.square().sum().backward()
+        for mine, theirs in ((model.weight, reference.weight), (model.bias, reference.bias)):
+            assert mine.grad.device.type == "sim"
+            torch.testing.assert_close(mine.grad.cpu(), theirs.grad, rtol=1e-4, atol=1e-4)

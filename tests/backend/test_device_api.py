@@ -33,3 +33,15 @@ def test_a_slice_of_pinned_memory_is_pinned():
 def test_an_invalid_index_is_a_runtime_error_with_a_clear_message(action):
     with pytest.raises(RuntimeError, match="sim:9 does not exist: this process has 2 sim device"):
         action()
+
+
+def test_named_tensors_behave_on_sim_as_on_the_cpu():
+    """torch 2.13 has no named tensors (no `names=` keyword, no Tensor.names): sim must refuse them exactly as the
+    CPU does, and give the CPU's names once a torch has them again."""
+    outcomes = {}
+    for device in ("cpu", "sim"):
+        try:
+            outcomes[device] = ("names", torch.zeros(2, 3, names=("N", "C"), device=device).names)
+        except (TypeError, RuntimeError) as error:
+            outcomes[device] = (type(error).__name__, str(error))
+    assert outcomes["sim"] == outcomes["cpu"]

@@ -1,4 +1,8 @@
 """Step 1 and 2: torch.sim as the device module, and torch.accelerator answering for sim."""
+import ast
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -48,3 +52,45 @@ def test_tensor_on_a_missing_device_is_a_clear_error():
 def test_a_cpu_device_is_refused_by_sim_helpers():
     with pytest.raises(ValueError, match="expected a sim device"):
         torch.sim.memory_allocated("cpu")
+
+
+FORKED_CHILD = """
+import multiprocessing, torch
+
+def child(results):
+    try:
+        torch.ones(1, device="sim")
+        results.put(("started", torch.sim._is_in_bad_fork()))
+    except RuntimeError as error:
+        results.put((str(error), torch.sim._is_in_bad_fork()))
+
+def run(method):
+    context = multiprocessing.get_context(method)
+    results = context.Queue()
+    process = context.Process(target=child, args=(results,))
+    process.start()
+    outcome = results.get(timeout=120)
+    process.join()
+    return outcome
+
+if __name__ == "__main__":
+    print(repr(run("fork")))
+    torch.ones(1, device="sim")
+    print(repr((torch.sim._is_in_bad_fork(), torch.sim.is_initialized())))
+    print(repr(run("fork")))
+    print(repr(run("spawn")))
+"""
+
+
+def test_a_child_forked_after_sim_started_gets_cudas_bad_fork_error(tmp_path):
+    program = tmp_path / "fork_after_start.py"
+    program.write_text(FORKED_CHILD)
+    completed = subprocess.run([sys.executable, str(program)], capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    before_start, parent, after_start, spawned = map(ast.literal_eval, completed.stdout.splitlines())
+    assert before_start == ("started", False)  # nothing started yet: a forked child may start sim
+    assert parent == (False, True)
+    message, in_bad_fork = after_start
+    assert message.startswith("Cannot re-initialize sim in forked subprocess. To use sim with multiprocessing, "
+                              "you must use the 'spawn' start method") and in_bad_fork
+    assert spawned == ("started", False)

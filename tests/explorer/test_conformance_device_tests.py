@@ -6,17 +6,23 @@ import json
 import os
 import subprocess
 import sys
+import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 from pu1_explorer.conformance import OpResult, ProbeResult, Scorecard, probes, scorecard
 from pu1_explorer.conformance.device_tests import PROBE_EXCLUSIONS, SWEEP_TESTS, configuration, torch_test_configs
 from pu1_explorer.conformance.processes import child_environment
 from pu1_explorer.conformance.sweeps import SWEEP_HINTS, sweep_chunk, sweep_result
+from tests.explorer.test_new_backend import vendor_backend  # noqa: F401  (the session fixture: mydev, built once)
+from tests.vendor_backend import DEVICE as VENDOR_DEVICE, vendor_source
 
 HERE = Path(__file__).resolve().parent
 BROKEN = str(HERE / "sim_with_broken_ops.py")
 DEVICE_GENERIC = HERE / "device_generic_for_tests.py"
 SWEPT = ["add", "mul", "flip", "tril", "nn.functional.dropout"]
+# The generated backend's sweep: operators it serves, and to_sparse, whose sparse layout the template leaves to the
+# vendor (no kernel for the SparsePrivateUse1 key): its tests must be skipped with that finding as the reason.
+VENDOR_SWEPT = ["add", "mul", "cat", "index_select", "softmax", "to_sparse"]
 
 
 def _card() -> Scorecard:
@@ -60,6 +66,18 @@ def test_every_exclusion_and_override_is_named_and_justified_by_a_finding():
         "TestInductorOpInfo": {"tests": ["*"], "reasons": ["scorecard, torch.compile: timed out: killed after 60 s"]}}
     assert set(SWEEP_TESTS) == {"opinfo differential", "opinfo bad inputs"} and "autograd on layers" in PROBE_EXCLUSIONS
     json.dumps(config)  # plain data
+
+
+def test_an_operator_one_sweep_skipped_and_the_other_covered_gets_only_the_covering_sweeps_test():
+    undefined = "random or uninitialised output: nothing to compare"
+    card = Scorecard("toy", "2.13.0", "", 1.0, [
+        ProbeResult("opinfo differential", "passed", 1.0, "", ops=[OpResult("empty_permuted", "skipped", {}, undefined)]),
+        ProbeResult("opinfo bad inputs", "passed", 1.0, "", ops=[OpResult("empty_permuted", "passed", {"passed": 2})])])
+    config = configuration(card)
+    assert config["op_allowlist"] == ["empty_permuted"] and config["left_out"] == {}
+    assert config["op_overrides"] == {"empty_permuted": [
+        {"action": "skip", "test_class": "TestCommon", "test": "test_compare_cpu", "dtypes": None,
+         "reason": f"scorecard, opinfo differential: skipped: {undefined}"}]}
 
 
 def test_the_configuration_becomes_what_torch_reads():
@@ -140,6 +158,71 @@ def test_pytorchs_device_generic_tests_run_on_sim_with_the_scorecards_exclusions
         "flip: no kernel" in plain["test_compare_cpu_flip_sim_float32"]
     assert plain["test_errors_tril_sim"].startswith(("failed", "error")), plain
     assert "test_compare_cpu_sub_sim_float32" in plain and "test_multiple_devices_sim" in plain
+
+
+def _junit_outcomes(path: Path) -> dict[str, str]:
+    """Each test of a pytest JUnit file by its name: passed, skipped: REASON, failed: ... or error: ...."""
+    outcomes = {}
+    for case in ElementTree.parse(path).iter("testcase"):
+        found = [(kind, case.find(kind)) for kind in ("skipped", "failure", "error")]
+        kind, element = next(((kind, element) for kind, element in found if element is not None), ("passed", None))
+        outcomes[case.get("name")] = kind if element is None else f"{kind}: {element.get('message', '')}"
+    return outcomes
+
+
+def test_pytorchs_device_generic_tests_run_on_the_generated_backend_with_its_scorecards_exclusions(vendor_backend,
+                                                                                                  tmp_path):
+    """The scorecard of the generated backend writes device_tests.json; the generated package's own device-generic
+    test module (tests/test_device_generic.py), run in a fresh process on mydev with that file, makes tests for the
+    swept operators only, passes them on the device and skips those of the operator the scorecard found failing,
+    with the finding as the reason."""
+    card = scorecard(VENDOR_DEVICE, imports=[f"torch_{VENDOR_DEVICE}"], env=vendor_backend, jobs=2,
+                     probes=["operators", "devices and guard", "opinfo differential", "opinfo bad inputs"],
+                     ops=VENDOR_SWEPT)
+    statuses = {op.name: op.status for op in card.probe("opinfo differential").ops}
+    assert statuses == {**{name: "passed" for name in VENDOR_SWEPT[:-1]}, "to_sparse": "errored"}, statuses
+    config_path = card.write(tmp_path)[-1]
+    config = json.loads(config_path.read_text())
+    assert config["device"] == VENDOR_DEVICE and config["op_allowlist"] == VENDOR_SWEPT
+    skipped = {name: entry["reason"] for name, entries in config["op_overrides"].items() for entry in entries
+               if entry["action"] == "skip"}
+    assert list(skipped) == ["to_sparse"] and "Sparse" in skipped["to_sparse"], config["op_overrides"]
+
+    source = vendor_source(Path(vendor_backend["PYTHONPATH"]))
+    junit = tmp_path / "device_generic.xml"
+    environment = {name: value for name, value in os.environ.items() if not name.startswith("PYTEST_")}
+    environment.update(vendor_backend, DEVICE_TESTS=str(config_path))
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
+                          "tests/test_device_generic.py"], cwd=source, capture_output=True, text=True, timeout=900,
+                         env=environment)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    outcomes = _junit_outcomes(junit)
+    # made for the device, for the swept operators only, and run there
+    assert all(name.endswith((f"_{VENDOR_DEVICE}", f"_{VENDOR_DEVICE}_float32")) for name in outcomes), outcomes
+    compared = {name for name in outcomes if name.startswith("test_compare_cpu_")}
+    assert compared == {f"test_compare_cpu_{op}_{VENDOR_DEVICE}_float32" for op in VENDOR_SWEPT}, compared
+    for op in VENDOR_SWEPT[:-1]:
+        assert outcomes[f"test_compare_cpu_{op}_{VENDOR_DEVICE}_float32"] == "passed", outcomes
+    assert outcomes[f"test_errors_cat_{VENDOR_DEVICE}"] == outcomes[f"test_errors_index_select_{VENDOR_DEVICE}"] == \
+        outcomes[f"test_multiple_devices_{VENDOR_DEVICE}"] == "passed", outcomes
+    # what the scorecard excluded is exactly what it justified, with its finding as the reason
+    by_scorecard = {name: outcome.removeprefix("skipped: ") for name, outcome in outcomes.items()
+                    if outcome.startswith("skipped: scorecard, ")}
+    assert by_scorecard == {f"test_compare_cpu_to_sparse_{VENDOR_DEVICE}_float32": skipped["to_sparse"]}, outcomes
+    assert not [outcome for outcome in outcomes.values() if outcome.startswith(("failure", "error"))], outcomes
+
+
+def test_the_differential_sweep_finds_no_fault_where_the_device_computes_as_the_cpu():
+    """sim computes with the CPU's kernels, so on these operators every finding would be the sweep's own, and would
+    exclude a test without reason: a factory call without a device (CPU outputs on both runs), a "cpu" device argument
+    (to), a tensor of indices an operator takes on the CPU on every device (tensor_split), a partial view whose
+    as_strided reaches outside it, float8 outputs (no tolerance in assert_close)."""
+    names = ["arange", "linspace", "logspace", "to", "tensor_split", "as_strided.partial_views", "torch._scaled_mm"]
+    env = child_environment({"SIM_FALLBACK": "silent"})
+    results, _ = sweep_chunk([("differential", name) for name in names], "sim", [], env, 300, 0)
+    found = {op.name: f"{op.status}: {op.detail}" for op in results.values()}
+    assert all(finding.startswith("passed") for finding in found.values()), found
+    assert set(found) == set(names)
 
 
 def _without_expecttest(folder: Path) -> dict[str, str]:

@@ -38,6 +38,12 @@ def test_backends_load_after_the_fork_exactly_when_import_torch_would_load_them(
     assert not_loaded.stdout.split() == ["privateuseone", "False", "True"], not_loaded.stderr
 
 
+def test_a_forked_child_may_start_the_device_because_the_template_never_starts_one():
+    program = "import torch; torch.ones(1, device='sim'); print(torch.sim._is_in_bad_fork(), torch.sim.is_initialized())"
+    started = forkserver.run(["-c", program], dict(ENV, TORCH_DEVICE_BACKEND_AUTOLOAD="1"), timeout=60)
+    assert started.stdout.split() == ["False", "True"], started.stderr
+
+
 def test_exit_codes_signals_and_tracebacks_are_reported_as_for_a_process_of_its_own():
     assert forkserver.run(["-c", "raise SystemExit(3)"], ENV, timeout=60).returncode == 3
     assert forkserver.run(["-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"], ENV,

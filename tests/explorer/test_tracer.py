@@ -12,6 +12,7 @@ from pu1_explorer import trace, workloads
 from pu1_explorer import tracer as tracer_module
 from pu1_explorer.boxed import native_helper
 from pu1_explorer.dispatch_tables import FALLTHROUGH, MISSING, entry_from_dump
+from pu1_explorer.tracer import trace_from_json
 from tests.explorer.trace_checks import all_tables, disagreements
 
 
@@ -127,6 +128,14 @@ def test_json_export_follows_the_schema():
     document = json.loads(recorded.to_json())
     jsonschema.validate(document, schema)
     assert document["hops"][0]["operator"] == recorded.hops[0].operator
+
+
+def test_json_export_reads_back_into_the_same_trace():
+    with trace("sim") as recorded:
+        torch.ones(3, device="sim").relu()
+    again = trace_from_json(recorded.to_json())
+    assert again.hops == recorded.hops and again.hops[-1].inputs
+    assert (again.device, again.error) == (recorded.device, recorded.error)
 
 
 def test_chrome_trace_and_text_tree():
@@ -290,7 +299,7 @@ def test_a_python_exception_inside_a_kernel_keeps_its_type():
         recorded = recorded_run("sim", lambda: torch.special.erfcx(torch.ones(2, device="sim")),
                                 (ValueError, "erfcx is not for today"))
     finally:
-        library._destroy()
+        del library  # its finalizer removes the kernels
     errors = [hop.error for hop in recorded.hops if hop.error]
     assert errors and all(error == "ValueError: erfcx is not for today" for error in errors)
     assert [hop.key for hop in recorded.hops if hop.error] == ["AutogradPrivateUse1", "PrivateUse1"]
@@ -387,7 +396,7 @@ def test_a_kernel_registered_between_traces_is_seen_by_the_next_trace():
         kernel = next(hop for hop in step.hops if hop.operator == "aten::special_erfcx" and hop.key == "PrivateUse1")
         assert kernel.provenance.startswith("tests/explorer/test_tracer.py:")
     finally:
-        library._destroy()
+        del library  # its finalizer removes the kernels
     assert ("aten::special_erfcx.out", "fallback") in reached(recorded_run("sim", erfcx))
 
 

@@ -5,10 +5,12 @@
 // back; getDeviceStats() and the resets answer torch.accelerator.memory_allocated(),
 // max_memory_allocated(), reset_peak_memory_stats() and memory_stats(). This one asks the runtime
 // for every block and frees it at once (no caching). Here too: the pinned host allocator the hooks
-// hand out, and storage resizing. What a vendor replaces: nothing at first; a caching allocator
-// (reuse of freed blocks per stream) is the usual next step once the device is fast.
+// hand out (an at::HostAllocator, registered with REGISTER_HOST_ALLOCATOR), and storage resizing.
+// What a vendor replaces: nothing at first; a caching allocator (reuse of freed blocks per stream)
+// is the usual next step once the device is fast.
 #include "backend.h"
 
+#include <ATen/core/CachingHostAllocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/DeviceGuard.h>
 
@@ -121,8 +123,10 @@ struct RuntimeAllocator final : c10::DeviceAllocator {
   }
 
   std::pair<size_t, size_t> getMemoryInfo(DeviceIndex device) override {
+    if (device < 0) device = current_device();
+    check_device(device);
     size_t free_bytes = 0, total_bytes = 0;
-    RUNTIME_CHECK(runtime::memory_info(device < 0 ? current_device() : device, &free_bytes, &total_bytes));
+    RUNTIME_CHECK(runtime::memory_info(device, &free_bytes, &total_bytes));
     return {free_bytes, total_bytes};
   }
 };
@@ -131,22 +135,81 @@ RuntimeAllocator g_device_allocator;
 REGISTER_ALLOCATOR(kDevice, &g_device_allocator);
 
 // Pinned host memory: CPU tensors the device copies to and from directly (pin_memory(), is_pinned()).
-void free_pinned(void* pointer) { runtime::free_host(pointer); }
+// It is an at::HostAllocator registered for the device: torch.accelerator.empty_host_cache() calls the
+// registered one without checking that there is one, so a backend without it crashes there. Blocks go
+// back to the runtime when freed (no caching), so emptying the cache has nothing to give back.
+struct PinnedBlocks {
+  std::mutex mutex;
+  std::unordered_map<void*, size_t> bytes;  // the blocks in use and their sizes
+  at::HostStats stats;                      // what torch.<device>.host_memory_stats() would report
+};
 
-struct PinnedAllocator final : c10::Allocator {
+// Made on first use and never destroyed, like the device statistics.
+PinnedBlocks& pinned_blocks() {
+  static PinnedBlocks* created = new PinnedBlocks();
+  return *created;
+}
+
+void free_pinned(void* pointer) {
+  runtime::free_host(pointer);  // a deleter must not throw
+  PinnedBlocks& p = pinned_blocks();
+  std::lock_guard<std::mutex> lock(p.mutex);
+  auto found = p.bytes.find(pointer);
+  if (found == p.bytes.end()) return;
+  for (auto* stat : {&p.stats.active_bytes, &p.stats.allocated_bytes}) stat->decrease(found->second);
+  for (auto* stat : {&p.stats.active_requests, &p.stats.allocations}) stat->decrease(1);
+  p.stats.num_host_free += 1;
+  p.bytes.erase(found);
+}
+
+struct PinnedAllocator final : at::HostAllocator {
   c10::DataPtr allocate(size_t bytes) override {
     if (bytes == 0) return c10::DataPtr(nullptr, c10::Device(c10::kCPU));
     void* pointer = nullptr;
     RUNTIME_CHECK(runtime::malloc_host(&pointer, bytes));
+    PinnedBlocks& p = pinned_blocks();
+    std::lock_guard<std::mutex> lock(p.mutex);
+    p.bytes[pointer] = bytes;
+    for (auto* stat : {&p.stats.active_bytes, &p.stats.allocated_bytes}) stat->increase(bytes);
+    for (auto* stat : {&p.stats.active_requests, &p.stats.allocations}) stat->increase(1);
+    p.stats.num_host_alloc += 1;
     return c10::DataPtr(pointer, pointer, &free_pinned, c10::Device(c10::kCPU));
   }
   c10::DeleterFnPtr raw_deleter() const override { return &free_pinned; }
   void copy_data(void* destination, const void* source, std::size_t bytes) const override {
     std::memcpy(destination, source, bytes);
   }
+
+  // A block is never reused behind a stream's back (it goes back to the runtime when freed), so there
+  // is no event to record; true tells the caller the block is one of this allocator's.
+  bool record_event(void* pointer, void*, c10::Stream) override {
+    PinnedBlocks& p = pinned_blocks();
+    std::lock_guard<std::mutex> lock(p.mutex);
+    return p.bytes.count(pointer) > 0;
+  }
+  void empty_cache() override {}  // nothing is cached
+  at::HostStats get_stats() override {
+    PinnedBlocks& p = pinned_blocks();
+    std::lock_guard<std::mutex> lock(p.mutex);
+    return p.stats;
+  }
+  void reset_accumulated_stats() override {
+    PinnedBlocks& p = pinned_blocks();
+    std::lock_guard<std::mutex> lock(p.mutex);
+    for (auto* stat : {&p.stats.active_bytes, &p.stats.allocated_bytes, &p.stats.active_requests, &p.stats.allocations})
+      stat->reset_accumulated();
+    p.stats.num_host_alloc = p.stats.num_host_free = 0;
+  }
+  void reset_peak_stats() override {
+    PinnedBlocks& p = pinned_blocks();
+    std::lock_guard<std::mutex> lock(p.mutex);
+    for (auto* stat : {&p.stats.active_bytes, &p.stats.allocated_bytes, &p.stats.active_requests, &p.stats.allocations})
+      stat->reset_peak();
+  }
 };
 
 PinnedAllocator g_pinned_allocator;
+REGISTER_HOST_ALLOCATOR(kDevice, &g_pinned_allocator);
 
 }  // namespace
 

@@ -73,4 +73,10 @@ at::Generator new_generator(DeviceIndex device);
 // The host generator inside a device generator: the copying fallback's CPU kernels draw from it.
 at::Generator host_generator(const at::Generator& generator);
 
+// ----------------------------------------------------------- distributed.cpp
+#ifdef Py_PYTHON_H  // in the files that include Python.h: module.cpp lists it among torch_{{ name }}._C's functions
+// create_process_group(host, rank, size): the c10d backend {{ name }}ccl over `host`, a Gloo backend of the group.
+PyObject* py_create_process_group(PyObject* self, PyObject* arguments);
+#endif
+
 }  // namespace torch_{{ name }}

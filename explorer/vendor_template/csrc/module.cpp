@@ -3,7 +3,7 @@
 // torch.{{ name }} (torch_{{ name }}/device_module.py) answers device_count(), current_device(),
 // set_device(), synchronize() and the default generators from the functions below. Loading this
 // library also runs every other file's registrations (hooks, guard, allocator, operators,
-// autocast). It uses Python's C API directly, which compiles faster than pybind11. What a vendor
+// autocast, profiler). It uses Python's C API directly, which compiles faster than pybind11. What a vendor
 // replaces: nothing; add a function here when the device module needs something new from C++.
 #include <Python.h>  // first, as Python asks
 
@@ -80,6 +80,8 @@ PyMethodDef g_methods[] = {
     {"set_device", py_set_device, METH_O, "Make a {{ name }} device current for this thread."},
     {"synchronize", py_synchronize, METH_O, "Wait for all work on a {{ name }} device."},
     {"default_generator", py_default_generator, METH_O, "The default torch.Generator of a {{ name }} device."},
+    {"create_process_group", py_create_process_group, METH_VARARGS,
+     "The c10d backend {{ name }}ccl over a Gloo backend (distributed.cpp)."},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -29,6 +29,9 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/ones.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
 #include <ATen/ops/zeros_like.h>
 #include <c10/core/DeviceGuard.h>
@@ -307,15 +310,22 @@ void copying_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 // ------------------------------------------------------------------- convolution
 // Convolutions reach these two instead of any fallback; until the device has its own, they run on the CPU.
+// Their outputs are contiguous whatever the inputs' layout: torch.compile plans them so (torch's fake kernels
+// predict the contiguous format for a device's *_overrideable convolutions) and asserts the strides it planned,
+// while the CPU kernel may answer in channels-last.
 at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& weight,
                                     const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
                                     c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
                                     c10::IntArrayRef output_padding, int64_t groups) {
   std::optional<at::Tensor> host_bias = bias.has_value() && bias->defined() ? std::optional(bias->cpu()) : std::nullopt;
   return at::convolution(input.cpu(), weight.cpu(), host_bias, stride, padding, dilation, transposed, output_padding,
-                         groups).to(input.device());
+                         groups).contiguous().to(input.device());
 }
 
+// [guide: autograd]
+// Training needs no autograd registration: PyTorch's derivative formulas reach the device through the
+// Autograd alias key and call the device's backward kernels, such as these of the operators PyTorch routes
+// to the device. A device that computes a gradient its own way registers an AutogradPrivateUse1 kernel.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, c10::IntArrayRef stride,
     c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
@@ -324,9 +334,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
   auto [grad_input, grad_weight, grad_bias] =
       at::convolution_backward(grad_output.cpu(), input.cpu(), weight.cpu(), bias_sizes, stride, padding, dilation,
                                transposed, output_padding, groups, output_mask);
-  auto back = [&](const at::Tensor& t) { return t.defined() ? t.to(input.device()) : t; };
+  auto back = [&](const at::Tensor& t) { return t.defined() ? t.contiguous().to(input.device()) : t; };
   return {back(grad_input), back(grad_weight), back(grad_bias)};
 }
+// [/guide: autograd]
 // [/guide: operators]
 
 // ----------------------------------------------------------------- fused RNN cells
@@ -346,6 +357,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_lstm_cell(const at::Tensor&
   return {hy, cy, at::cat({in, forget, cell, out}, 1)};
 }
 
+// [guide: autograd]
 std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_lstm_cell_backward(
     const std::optional<at::Tensor>& grad_hy_in, const std::optional<at::Tensor>& grad_cy_in, const at::Tensor& cx,
     const at::Tensor& cy, const at::Tensor& workspace, bool has_bias) {
@@ -360,6 +372,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_lstm_cell_backward(
   at::Tensor grad_bias = has_bias ? grad_gates.sum(0) : grad_gates.new_empty({0});
   return {grad_gates, grad_c * forget, grad_bias};
 }
+// [/guide: autograd]
 
 std::tuple<at::Tensor, at::Tensor> fused_gru_cell(const at::Tensor& input_gates_in, const at::Tensor& hidden_gates_in,
                                                   const at::Tensor& hx, const std::optional<at::Tensor>& input_bias,
@@ -377,6 +390,7 @@ std::tuple<at::Tensor, at::Tensor> fused_gru_cell(const at::Tensor& input_gates_
   return {hy, at::cat({reset, update, fresh, hx, h[2]}, 1)};
 }
 
+// [guide: autograd]
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_gru_cell_backward(
     const at::Tensor& grad_hy, const at::Tensor& workspace, bool has_bias) {
   auto parts = workspace.chunk(5, 1);
@@ -390,6 +404,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_gru
   at::Tensor grad_hidden_bias = has_bias ? grad_hidden_gates.sum(0) : grad_hy.new_empty({0});
   return {grad_input_gates, grad_hidden_gates, grad_hy * update, grad_input_bias, grad_hidden_bias};
 }
+// [/guide: autograd]
 
 // --------------------------------------------------------------------- attention
 // scaled_dot_product_attention asks each device which kernel to run (a per-device hook, plus the
@@ -437,6 +452,7 @@ fused_attention(const at::Tensor& query, const at::Tensor& key, const at::Tensor
           no_seed, nothing};
 }
 
+// [guide: autograd]
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_attention_backward(
     const at::Tensor& grad_out, const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
     const at::Tensor& attn_bias, std::array<bool, 4>, const at::Tensor& out, const at::Tensor& logsumexp,
@@ -451,6 +467,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> fused_attention_backw
   at::Tensor grad_key = at::matmul(grad_scores.transpose(-2, -1), query) * factor;
   return {grad_query, grad_key, grad_value, at::Tensor()};
 }
+// [/guide: autograd]
 
 const bool g_attention_choice_registered = [] {
   at::native::_fused_sdp_choice_stub.set_privateuse1_dispatch_ptr(&attention_choice);
@@ -466,6 +483,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
   m.impl("view", TORCH_FN(at::native::view));
   m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
+  // The other views with a kernel per device: a view shares its tensor's memory, which no fallback's copy can.
+  m.impl("view_as_real", TORCH_FN(at::native::view_as_real));
+  m.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
+  m.impl("unfold", TORCH_FN(at::native::unfold));
   m.impl("resize_", TORCH_FN(resize_));
   m.impl("_copy_from", TORCH_FN(copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));

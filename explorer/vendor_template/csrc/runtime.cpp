@@ -6,6 +6,7 @@
 // integration code around it can be built, tested and graded before the hardware exists.
 #include "runtime.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -32,6 +33,7 @@ struct State {
   std::map<const char*, Block> device_blocks;  // device memory, by start address
   std::map<const char*, size_t> pinned_blocks;  // pinned host memory, by start address
   std::vector<size_t> used_bytes;
+  std::vector<Activity> activities;  // recorded while tracing is on
 };
 
 // Made on first use and never destroyed: tensors may still be freed while the process exits.
@@ -41,6 +43,13 @@ State& state() {
 }
 
 thread_local int t_current_device = 0;
+std::atomic<bool> g_tracing{false};
+thread_local std::vector<unsigned long long> t_correlation;
+
+long long now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 int count_from_environment() {
   const char* text = std::getenv("{{ NAME }}_DEVICE_COUNT");
@@ -178,9 +187,22 @@ Status is_pinned_host(const void* pointer, bool* pinned) {
   return kSuccess;
 }
 
-Status copy(void* destination, const void* source, size_t bytes, CopyKind) {
-  if (bytes > 0 && (destination == nullptr || source == nullptr)) return kErrorInvalidValue;
-  if (bytes > 0) std::memmove(destination, source, bytes);
+Status copy(void* destination, const void* source, size_t bytes, CopyKind kind) {
+  if (bytes == 0) return kSuccess;
+  if (destination == nullptr || source == nullptr) return kErrorInvalidValue;
+  bool tracing = g_tracing.load(std::memory_order_relaxed);
+  long long start = tracing ? now_ns() : 0;
+  std::memmove(destination, source, bytes);
+  if (tracing) {
+    static const char* const names[] = {"Memcpy HtoD", "Memcpy DtoH", "Memcpy DtoD"};
+    const void* on_device = kind == CopyKind::device_to_host ? source : destination;
+    unsigned long long correlation = t_correlation.empty() ? 0 : t_correlation.back();
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    auto block = containing(s.device_blocks, on_device, [](const Block& b) { return b.bytes; });
+    int device = block == s.device_blocks.end() ? t_current_device : block->second.device;
+    s.activities.push_back({ActivityKind::copy, names[static_cast<int>(kind)], device, start, now_ns(), correlation});
+  }
   return kSuccess;
 }
 
@@ -223,6 +245,36 @@ Status event_elapsed_ms(float* milliseconds, Event start, Event end) {
   if (start == nullptr || end == nullptr || !start->timing || !end->timing) return kErrorInvalidValue;
   if (!start->recorded || !end->recorded) return kErrorNotReady;
   *milliseconds = std::chrono::duration<float, std::milli>(end->recorded_at - start->recorded_at).count();
+  return kSuccess;
+}
+
+// Only copies are device work here: the fake device runs no kernels (operators compute on the host).
+Status activity_enable() {
+  g_tracing = true;
+  return kSuccess;
+}
+
+Status activity_disable() {
+  g_tracing = false;
+  return kSuccess;
+}
+
+Status activity_push_correlation(unsigned long long id) {
+  t_correlation.push_back(id);
+  return kSuccess;
+}
+
+Status activity_pop_correlation() {
+  if (t_correlation.empty()) return kErrorInvalidValue;
+  t_correlation.pop_back();
+  return kSuccess;
+}
+
+Status activity_flush(std::vector<Activity>* activities) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  activities->swap(s.activities);
+  s.activities.clear();
   return kSuccess;
 }
 

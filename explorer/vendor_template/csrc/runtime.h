@@ -2,13 +2,14 @@
 //
 // Every other file here is the integration code PyTorch needs, written against the functions
 // below the way it would be written against a real driver API: devices, the current device,
-// device and pinned host memory, copies, streams and events. runtime.cpp implements them on host
-// memory, synchronously, so that the backend builds and passes the scorecard before any hardware
-// exists. Replace runtime.cpp's function bodies with calls into your driver (keep the signatures)
-// and the rest of the backend runs on your device.
+// device and pinned host memory, copies, streams and events, and activity tracing for the
+// profiler. runtime.cpp implements them on host memory, synchronously, so that the backend builds
+// and passes the scorecard before any hardware exists. Replace runtime.cpp's function bodies with
+// calls into your driver (keep the signatures) and the rest of the backend runs on your device.
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 namespace runtime {
 
@@ -59,5 +60,24 @@ Status stream_wait_event(Stream stream, Event event);
 Status event_synchronize(Event event);
 Status event_query(Event event);  // kSuccess once the recorded work is done
 Status event_elapsed_ms(float* milliseconds, Event start, Event end);
+
+// Activity tracing, the driver's profiling interface (CUPTI is CUDA's): while tracing is on, the
+// runtime records each piece of work it does on a device, with its start and end on the host's
+// real-time clock (the clock PyTorch's profiler uses), tagged with the calling thread's innermost
+// correlation id (the profiler's id of the operator that issued the work; 0 outside any).
+enum class ActivityKind { copy, kernel };
+struct Activity {
+  ActivityKind kind;
+  const char* name;  // "Memcpy HtoD", or a kernel's name
+  int device;
+  long long start_ns;
+  long long end_ns;
+  unsigned long long correlation;
+};
+Status activity_enable();
+Status activity_disable();
+Status activity_push_correlation(unsigned long long id);
+Status activity_pop_correlation();
+Status activity_flush(std::vector<Activity>* activities);  // hands over the records made so far
 
 }  // namespace runtime

@@ -29,8 +29,11 @@ std::mutex g_mutex;
 std::unordered_map<DeviceIndex, DeviceStreams> g_streams;
 thread_local std::unordered_map<DeviceIndex, c10::StreamId> t_current_stream;
 
+// A device without an index means the current device; an index past the last device is refused.
 c10::Device with_index(c10::Device device) {
-  return device.has_index() ? device : c10::Device(kDevice, current_device());
+  if (!device.has_index()) return c10::Device(kDevice, current_device());
+  check_device(device.index());
+  return device;
 }
 
 // A new runtime stream on `device`; PyTorch streams live as long as the process, so it is never destroyed.

@@ -5,6 +5,16 @@ default generators and the pinned-memory allocator live. The pinned-memory
 allocator is registered as the device's host allocator too, which is what
 `torch.accelerator.empty_host_cache()` calls; its statistics are
 `torch.sim.host_memory_stats()`, named as torch.cuda names them.
+
+Operators call the hooks too, not only `torch.accelerator` and lazy initialisation:
+a random kernel given no generator fetches the device's default one through
+`getDefaultGenerator()`, and two of PyTorch's own kernels need the pinned memory:
+`aten::_pin_memory` (what `tensor.pin_memory()` dispatches) asks
+`at::globalContext().getPinnedMemoryAllocator()`, which ends in the hooks'
+`getPinnedMemoryAllocator()`, and `aten::is_pinned` asks `isPinnedPtr()` the same way
+(ATen/Context.h). Both kernels are PyTorch's own, registered for
+CompositeExplicitAutograd and run on the CPU tensor: the device owes no kernel for them,
+only the two hook methods.
 """
 from __future__ import annotations
 

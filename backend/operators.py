@@ -1,12 +1,15 @@
 """Step 5, operators and fallback: every operator gets a kernel, natively or through the fallback.
 
-Three layers, as a real backend has them:
+Three layers; a real backend has the same three, but its fallback copies:
 - the minimal operator set PyTorch needs to create, view, resize and copy tensors
   (C++, `install_minimal_operators`), plus the `*_overrideable` convolutions;
 - native kernels for the operators that small CNNs, MLPs and transformers use
   (NATIVE_OPERATORS): they run the host kernel directly on device memory;
-- a boxed fallback for every other operator, which computes the same way with no
-  copy but is counted and, by policy, warned about or refused (SIM_FALLBACK).
+- a boxed fallback for every other operator, counted and, by policy, warned about
+  or refused (SIM_FALLBACK). A real device's fallback (PyTorch's `at::native::cpu_fallback`)
+  copies every tensor argument to the host, runs the CPU kernel and copies the results
+  back. sim's device memory is host memory, so its fallback runs the CPU kernel on it
+  with no copy: do not take its speed, or its silence about copies, for a real device's.
 
 Some operators no fallback can serve, because PyTorch routes every device but the CPU
 to a backend-specific kernel (ROUTED_OPERATORS): the fused RNN cells, and the attention

@@ -1,11 +1,21 @@
 """Step 10, serialization: `torch.save`/`torch.load`, `map_location`, pickling and deepcopy.
 
-torch.save moves each storage to the CPU (`storage.cpu()`, through the `_copy_from`
-kernel) and tags it with its device; torch.load rebuilds it with `storage.sim(index)`.
-That method, `is_sim` and `storage.sim()` are what this step generates for storages.
-A tensor's backend metadata, the facts a device keeps beside sizes and strides, goes
-along: `torch._utils.set_tensor_metadata`/`get_tensor_metadata` and torch.save/load
-reach it through two functions sim registers in C++ (backend/csrc/serialization.cpp).
+Loading a plain tensor needs nothing of this step. torch.save copies each storage to the
+CPU (`storage.cpu()`, through the `_copy_from` kernel of step 5) and tags it with its
+device, "sim:1"; torch.load checks the tag against `torch.sim` (`is_available()`,
+`device_count()`) and moves the storage back with `storage.to(device=...)`, an allocation
+and the same copy kernel, under `torch.sim.device(...)`. So steps 1 to 5 are what loading
+needs; `map_location` only changes the tag it moves to.
+
+What this step adds is what travels beside the data. A tensor's backend metadata, the
+facts a device keeps beside sizes and strides (a tiling, a private format), goes into the
+file only through two functions the backend registers in C++ for PrivateUse1
+(backend/csrc/serialization.cpp); `torch._utils.get_tensor_metadata`/`set_tensor_metadata`
+and torch.save/torch.load call them. Without them PyTorch raises nothing: it drops the
+metadata silently, which is why the check compares the flags after a save and a load.
+
+The step also generates the storage methods `storage.sim()` and `is_sim` (torch.load does
+not call them; code written for `storage.cuda()` does).
 """
 from __future__ import annotations
 

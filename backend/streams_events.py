@@ -3,7 +3,9 @@
 The device guard hands out stream ids (a default stream per device, a pool, and
 new streams) and records events with a host timestamp. sim runs every kernel
 synchronously, so a stream is always idle and an event is complete once
-recorded; the API behaves as torch.cuda's does, timing included.
+recorded. The API behaves as torch.cuda's does, timing included: elapsed_time()
+measures only between two recorded events both created with enable_timing=True and
+refuses any other pair, as CUDA does; the time it gives is host time.
 """
 from __future__ import annotations
 
@@ -31,7 +33,9 @@ class Stream(torch.Stream):
 def Event(enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> torch.Event:
     """A torch.Event on the current sim device: record it on a stream, wait for it, time between two of them.
 
-    A function rather than a subclass: torch.Event.elapsed_time accepts only torch.Event itself.
+    As on CUDA, elapsed_time() times only two recorded events both created with enable_timing=True and
+    refuses any other pair in PyTorch's words. A function rather than a subclass: torch.Event.elapsed_time
+    accepts only torch.Event itself.
     """
     return torch.Event(device=torch.device("sim", current_device()), enable_timing=enable_timing,
                        blocking=blocking, interprocess=interprocess)

@@ -45,9 +45,13 @@ struct SimGuardImpl final : c10::impl::DeviceGuardImplInterface {
   }
   c10::Stream getNewStream(c10::Device device, int) const override { return new_stream(resolved(device)); }
   // sim computes with the host's kernels, so every dtype the CPU has is supported (the default).
+  // Every dtype but the quantized ones: sim registers no QuantizedPrivateUse1 kernels, so it cannot hold them.
   c10::DeviceCapability getDeviceCapability(c10::Device device) const override {
     check_device_index(resolved(device).index());
-    return c10::DeviceCapability();
+    c10::DeviceCapability capability;
+    auto& dtypes = capability.capability_data.supported_scalar_types;
+    dtypes.has_QInt8 = dtypes.has_QUInt8 = dtypes.has_QInt32 = dtypes.has_QUInt4x2 = dtypes.has_QUInt2x4 = false;
+    return capability;
   }
   c10::Stream exchangeStream(c10::Stream stream) const override { return exchange_current_stream(stream); }
   DeviceIndex deviceCount() const noexcept override { return static_cast<DeviceIndex>(g_device_count.load()); }

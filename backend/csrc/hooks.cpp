@@ -20,8 +20,15 @@ namespace sim {
 struct SimHooks final : at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return g_device_count.load() > 0; }
-  const at::Generator& getDefaultGenerator(DeviceIndex device) const override { return default_generator(device); }
-  at::Generator getNewGenerator(DeviceIndex device) const override { return new_generator(device); }
+  // Before the generator step, PyTorch's own answer for hooks without generators: the base class raises it.
+  const at::Generator& getDefaultGenerator(DeviceIndex device) const override {
+    if (!generator_installed()) return at::PrivateUse1HooksInterface::getDefaultGenerator(device);
+    return default_generator(device);
+  }
+  at::Generator getNewGenerator(DeviceIndex device) const override {
+    if (!generator_installed()) return at::PrivateUse1HooksInterface::getNewGenerator(device);
+    return new_generator(device);
+  }
   c10::Device getDeviceFromPtr(void* data) const override {
     auto device = device_of_pointer(data);
     TORCH_CHECK(device.has_value(), "sim: the pointer is not in sim device memory");

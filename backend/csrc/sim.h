@@ -51,7 +51,6 @@ DeviceIndex exchange_host_redirect(DeviceIndex device);  // -1: no redirect; ret
 c10::impl::DeviceGuardImplInterface& guard_impl();
 
 // ---------------------------------------------------- streams_events.cpp
-void require_streams();
 c10::Stream current_stream(c10::Device device);
 c10::Stream exchange_current_stream(c10::Stream stream);
 c10::Stream stream_from_pool(c10::Device device);

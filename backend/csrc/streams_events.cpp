@@ -24,9 +24,11 @@ struct SimEvent {
   DeviceIndex device = 0;
 };
 
-void require_streams() {
-  TORCH_CHECK(g_streams_installed.load(),
-              "sim has only its default stream: the 'streams_events' step of the bring-up is not installed.");
+// Before the step, sim answers as PyTorch's guard interface does for a backend without streams or
+// events (`pytorchs_refusal`, its own sentence, which tests and users' code match), then says why.
+static void require_streams(const char* pytorchs_refusal) {
+  TORCH_CHECK(g_streams_installed.load(), pytorchs_refusal,
+              " sim has only its default stream: the 'streams_events' step of the bring-up is not installed.");
 }
 
 c10::Stream current_stream(c10::Device device) {
@@ -42,18 +44,18 @@ c10::Stream exchange_current_stream(c10::Stream stream) {
 }
 
 c10::Stream stream_from_pool(c10::Device device) {
-  require_streams();
+  require_streams("Backend doesn't support acquiring a stream from pool.");
   static std::atomic<int> next{0};
   return c10::Stream(c10::Stream::UNSAFE, device, 1 + (next++ % kStreamPoolSize));
 }
 
 c10::Stream new_stream(c10::Device device) {
-  require_streams();
+  require_streams("Backend doesn't support create a new Stream.");
   return c10::Stream(c10::Stream::UNSAFE, device, kStreamPoolSize + g_next_stream_id++);
 }
 
 void record_event(void** event, const c10::Stream& stream, c10::EventFlag flag) {
-  require_streams();
+  require_streams("Backend doesn't support events.");
   if (*event == nullptr) {
     auto* created = new SimEvent();
     created->timing = flag == c10::EventFlag::BACKEND_DEFAULT;
@@ -67,13 +69,18 @@ void record_event(void** event, const c10::Stream& stream, c10::EventFlag flag) 
 
 void destroy_event(void* event) noexcept { delete static_cast<SimEvent*>(event); }
 
+// As CUDA's: only two recorded events that were both created with enable_timing=True are timed.
+// PyTorch's own sentences come first (torch.Event checks the same before it reaches the guard),
+// then sim's advice.
 double elapsed_milliseconds(void* start, void* end) {
-  TORCH_CHECK(start != nullptr && end != nullptr,
-              "sim: both events must be recorded before elapsed_time() is called.");
   auto* first = static_cast<SimEvent*>(start);
   auto* second = static_cast<SimEvent*>(end);
-  TORCH_CHECK(first->recorded && second->recorded,
-              "sim: both events must be recorded before elapsed_time() is called.");
+  TORCH_CHECK_VALUE(first != nullptr && second != nullptr && first->recorded && second->recorded,
+                    "Both events must be recorded before calculating elapsed time.",
+                    " Call record() on each sim event before elapsed_time().");
+  TORCH_CHECK_VALUE(first->timing && second->timing,
+                    "Both events must be created with argument 'enable_timing=True'.",
+                    " Create them with torch.sim.Event(enable_timing=True).");
   return std::chrono::duration<double, std::milli>(second->recorded_at - first->recorded_at).count();
 }
 

@@ -7,14 +7,14 @@ taken from the cache of executed notebooks (pu1_docs.notebook_cache) when neithe
 imports changed. The build fails on a cell error, on a warning that a cell did not declare (tag
 `warnings-expected`), and on an output the HTML page would lose (a figure or widget with no HTML
 form). Two notebooks run at a time, the slowest first; mkdocs-jupyter renders the pages and keeps
-them in its own cache (its `cache` options), beside ours. After the build, plotly.js is copied
+them in its own cache (its `cache` options), beside ours. The landing page's pictures and the guide's map are the
+output of programs (pu1_docs.page_program) that run beside the notebooks. After the build, plotly.js is copied
 from the plotly package into the site, and every page is checked for scripts loaded from the
 network and for figures that did not make it into the page.
 """
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import logging
 import os
 import posixpath
@@ -28,6 +28,7 @@ from mkdocs.exceptions import PluginError
 from mkdocs.utils import get_relative_url
 
 from pu1_docs.notebook_cache import NotebookCache
+from pu1_docs.page_program import PageProgram, PageProgramError
 
 log = logging.getLogger("mkdocs.hooks.notebooks")
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,7 +132,7 @@ def _start_order(notebook: Path) -> tuple[int, str]:
 
 
 def on_pre_build(config, **kwargs) -> None:
-    global _started, _at_a_glance
+    global _started
     _started = time.perf_counter()
     EXECUTED.mkdir(parents=True, exist_ok=True)
     sources = sorted(SOURCE.glob("*.ipynb"), key=_start_order)
@@ -140,8 +141,10 @@ def on_pre_build(config, **kwargs) -> None:
             stale.unlink()
     problems: list[str] = []
     workers = int(os.environ.get("DOCS_WORKERS", "2"))
-    # runs beside the notebooks, unless an earlier build made the same pictures; starts the kernels' template
-    _at_a_glance = None if _at_a_glance_cached().is_file() else _start_at_a_glance()
+    # the pages' programs run beside the notebooks, unless an earlier build kept their output; starts the kernels'
+    # template
+    for program in PAGE_PROGRAMS.values():
+        program.start(kernel_environment())
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
         results = list(pool.map(execute, sources))
     for name, seconds, found in results:
@@ -156,57 +159,27 @@ _NOTEBOOK_LINK = re.compile(r'href="(?![a-z][a-z0-9+.-]*:|/|#)([^"#?]+\.(?:ipynb
 
 
 AT_A_GLANCE = "<!-- at a glance: built by docs/hooks/notebooks.py -->"
+GUIDE_MAP = "<!-- guide map: built by docs/hooks/notebooks.py -->"
+
+# Programs whose output a page shows, by the marker the output replaces; kept while what the notebooks import stays.
+PAGE_PROGRAMS = {AT_A_GLANCE: PageProgram("pu1_docs.at_a_glance", "at-a-glance", NOTEBOOKS),
+                 GUIDE_MAP: PageProgram("pu1_docs.guide_map", "guide-map", NOTEBOOKS)}
 
 
-_at_a_glance = None
-
-
-def _at_a_glance_cached() -> Path:
-    """Where the landing page's data is kept: it changes only with what the notebooks import (see NOTEBOOK_INPUTS)."""
-    return NOTEBOOKS.folder / f"at-a-glance-{NOTEBOOKS.inputs_digest()[:20]}.json"
-
-
-def _at_a_glance_data() -> dict:
-    """The landing page's data: kept from an earlier build, or from its program (started before the notebooks)."""
-    global _at_a_glance
-    cached = _at_a_glance_cached()
-    if cached.is_file():
-        return json.loads(cached.read_text(encoding="utf-8"))
-    (process, stdout, stderr), _at_a_glance = _at_a_glance or _start_at_a_glance(), None
-    with stdout, stderr:
-        returncode = process.wait(timeout=300)
-        stdout.seek(0), stderr.seek(0)
-        output, errors = stdout.read().decode("utf-8", "replace"), stderr.read().decode("utf-8", "replace")
-    if returncode != 0:
-        raise PluginError(f"the landing page's pictures failed: {errors.strip()[-2000:]}")
-    line = output.strip().splitlines()[-1]
-    for stale in NOTEBOOKS.folder.glob("at-a-glance-*.json"):
-        stale.unlink()
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    cached.write_text(line, encoding="utf-8")
-    return json.loads(line)
-
-
-def _start_at_a_glance():
-    """The landing page's program (pu1_docs.at_a_glance) in a fresh process, forked from the notebooks' kernels'
-    template; returns the process and the files it writes its output and errors to."""
-    import tempfile
-
-    from pu1_docs.forked_kernel import PRELOAD
-    from pu1_explorer.forkserver import fork_server
-
-    stdout, stderr = tempfile.TemporaryFile("w+b"), tempfile.TemporaryFile("w+b")
-    environment = kernel_environment()
-    process = fork_server(environment, PRELOAD).start(["-m", "pu1_docs.at_a_glance"], stdout.fileno(), stderr.fileno(),
-                                                      env=environment)
-    return process, stdout, stderr
+def page_program_data(marker: str) -> dict:
+    """The output of the program for `marker`'s page (started before the notebooks, or kept from an earlier build)."""
+    program = PAGE_PROGRAMS[marker]
+    try:
+        return program.data(kernel_environment())
+    except PageProgramError as error:
+        raise PluginError(f"a page's program failed: {error}") from None
 
 
 def at_a_glance_html() -> str:
     """The landing page's trace picture and coverage summary, from the real dispatcher."""
     import html
 
-    data = _at_a_glance_data()
+    data = page_program_data(AT_A_GLANCE)
     return (f"<p>What the dispatcher did for this code on <code>sim</code>, hop by hop (hover a marker; the buttons "
             f"hide fallthroughs or nested calls):</p>\n<pre><code>{html.escape(data['code'])}</code></pre>\n"
             f"<div class=\"figure-scroll\">{data['trace']}</div>\n"
@@ -217,9 +190,14 @@ def at_a_glance_html() -> str:
 
 
 def on_page_markdown(markdown: str, page, config, files, **kwargs) -> str:
-    """The landing page gets its pictures."""
+    """The landing page gets its pictures, the guide's overview its map."""
     if AT_A_GLANCE in markdown:
         markdown = markdown.replace(AT_A_GLANCE, at_a_glance_html())
+    if GUIDE_MAP in markdown:
+        from pu1_docs.guide_map import map_markdown, nav_labels
+
+        data = page_program_data(GUIDE_MAP)
+        markdown = markdown.replace(GUIDE_MAP, map_markdown(data["rows"], nav_labels(config["nav"]), data["torch"]))
     return markdown
 
 

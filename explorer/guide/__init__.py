@@ -102,14 +102,12 @@ class CheckResult:
     installed_until: str | None
     succeeded: bool
     output: str
-    error: str  # the last line of the error, empty when it succeeded
+    error: str  # the exception's message, all its lines; empty when it succeeded
 
     @property
     def summary(self) -> str:
-        """What the check printed, or the first 300 characters of its error."""
-        if self.succeeded:
-            return self.output.strip()
-        return self.error if len(self.error) <= 300 else self.error[:300].rstrip() + " …"
+        """What the check printed, or its error, whole: the page shows what PyTorch raised, not a cut of it."""
+        return self.output.strip() if self.succeeded else self.error
 
 
 @dataclass
@@ -124,6 +122,9 @@ class StepCheck:
     coverage_before: float | None = None
     coverage_after: float | None = None
     coverage_changes: list[CoverageChange] = field(default_factory=list)
+    # overloads that reach a kernel of the backend's own, its fallback or its copy to the CPU
+    runnable_before: int | None = None
+    runnable_after: int | None = None
 
     @property
     def demonstrates_the_step(self) -> bool:
@@ -204,13 +205,14 @@ _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\
 
 
 def error_summary(stderr: str, returncode: int) -> str:
-    """The line that names the exception of a failed run, or how the process died."""
+    """The exception of a failed run, from the line that names it to the end of its message (messages span
+    lines), or how the process died."""
     if returncode < 0:
         return f"the process was killed by {forkserver.signal_name(returncode)} (a crash, not an exception)"
     lines = stderr.strip().splitlines()
-    for line in reversed(lines):
-        if _EXCEPTION_LINE.match(line):
-            return line.strip()
+    for index in range(len(lines) - 1, -1, -1):
+        if _EXCEPTION_LINE.match(lines[index]):
+            return "\n".join(line.rstrip() for line in lines[index:]).strip()
     return lines[-1].strip() if lines else f"the process exited with code {returncode}"
 
 
@@ -232,6 +234,12 @@ def _coverage_rows(step: GuideStep, steps: Sequence[str | None], with_rows: bool
     if completed.returncode != 0:
         raise RuntimeError(error_summary(completed.stderr, completed.returncode))
     return [json.loads(line) for line in completed.stdout.splitlines() if line.startswith("{")]
+
+
+def _runnable(measured: dict) -> int:
+    """How many overloads reach a kernel of the backend's own, its fallback or its copy to the CPU."""
+    counts = measured["counts"]
+    return sum(counts.get(status, 0) for status in ("kernel", "fallback", "copies_to_cpu"))
 
 
 _CHECKS: dict[tuple, StepCheck] = {}
@@ -260,6 +268,7 @@ def check_step(guide: Sequence[GuideStep], name: str, with_coverage: bool = True
         measured_before, measured_after = _coverage_rows(step, [previous, name], with_rows=True, timeout=300)
         rows_before, rows_after = measured_before["rows"], measured_after["rows"]
         result.coverage_before, result.coverage_after = measured_before["percent"], measured_after["percent"]
+        result.runnable_before, result.runnable_after = _runnable(measured_before), _runnable(measured_after)
         result.coverage_changes = [CoverageChange(operator, rows_before.get(operator, "missing"), status)
                                    for operator, status in sorted(rows_after.items())
                                    if rows_before.get(operator) != status]

@@ -28,7 +28,12 @@ def check_html(check: guide.StepCheck | None, device: str) -> str:
     mark = lambda ok: (f"<b style='color:{STATUS_COLOURS['passed']}'>works</b>" if ok  # noqa: E731
                        else f"<b style='color:{STATUS_COLOURS['failed']}'>fails</b>")
     coverage = ""
-    if check.coverage_after is not None:
+    if check.runnable_before == 0 and check.runnable_after == 0:
+        coverage = (f"<p>Coverage: the {escape(device)} keys hold no kernel and no fallback yet, before or after this "
+                    f"step. PyTorch's composite kernels cover {check.coverage_after}% of the overloads on paper, but "
+                    f"with no kernel underneath them nothing can create or compute a {escape(device)} tensor: the "
+                    "coverage moves with the step that registers operators.</p>")
+    elif check.coverage_after is not None:
         changed = ", ".join(f"<code>{escape(change.operator)}</code>" for change in check.coverage_changes[:12])
         coverage = (f"<p>Coverage: {len(check.coverage_changes)} overloads change status on the {escape(device)} keys"
                     + (f" (e.g. {changed}{' …' if len(check.coverage_changes) > 12 else ''})" if changed else "")

@@ -12,6 +12,19 @@ from tests.conftest import run_python
 BACKEND = Path(torch_sim.__file__).parent
 
 
+# What the "before" of a check shows: PyTorch's own error, whole, or, where PyTorch raises nothing without
+# the step, the check saying so.
+BEFORE = {
+    "streams_events": "Backend doesn't support create a new Stream.",
+    "generator": "implement `getNewGenerator` at the same time for PrivateUse1",
+    "amp": "the module must have these funcs:\n`get_amp_supported_dtype() -> List[torch.dtype]`.\n"
+           "But the func `get_amp_supported_dtype` is missing.",
+    "autograd": "PyTorch raises nothing here",
+    "serialization": "PyTorch raises nothing here",
+    "profiler": "torch.profiler raised nothing",
+}
+
+
 @pytest.mark.parametrize("step", torch_sim.STEPS)
 def test_check_fails_before_and_works_after(step):
     record = find_step(GUIDE, step)
@@ -19,7 +32,13 @@ def test_check_fails_before_and_works_after(step):
     after = run_check(record, step)
     assert not before.succeeded, f"{step}: the check already worked before the step: {before.output}"
     assert before.error, f"{step}: no error message before the step"
+    assert BEFORE.get(step, "") in before.summary, f"{step}: the page would show {before.summary!r}"
     assert after.succeeded, f"{step}: the check failed after the step: {after.error}"
+
+
+def test_an_error_of_several_lines_is_shown_whole():
+    stderr = "Traceback (most recent call last):\n  File \"check.py\", line 1\nAssertionError: first\nsecond line\n"
+    assert error_summary(stderr, 1) == "AssertionError: first\nsecond line"
 
 
 def test_the_records_number_the_steps_and_name_each_once():

@@ -45,3 +45,11 @@ def test_named_tensors_behave_on_sim_as_on_the_cpu():
         except (TypeError, RuntimeError) as error:
             outcomes[device] = (type(error).__name__, str(error))
     assert outcomes["sim"] == outcomes["cpu"]
+
+
+def test_the_capability_lists_no_dtype_sim_cannot_hold():
+    quantized = {torch.qint8, torch.quint8, torch.qint32, torch.quint4x2, torch.quint2x4}
+    supported = torch.accelerator.get_device_capability("sim:0")["supported_dtypes"]
+    assert not quantized & set(supported)
+    with pytest.raises(RuntimeError):
+        torch.empty(2, dtype=torch.qint8, device="sim")  # what the capability leaves out, sim cannot hold

@@ -1,8 +1,21 @@
 """Step 6: streams and events, with the torch.cuda names."""
+import re
 import time
+from pathlib import Path
 
 import pytest
 import torch
+import torch_sim
+
+from tests.conftest import run_python
+
+
+def pytorchs_sentence(header: str, start: str) -> str:
+    """The whole string literal that begins with `start` in one of the C++ headers this torch wheel ships."""
+    text = (Path(torch.__file__).parent / "include" / header).read_text()
+    found = re.search(r'"(' + re.escape(start) + r'[^"]*)"', text)
+    assert found, f"PyTorch changed its wording in {header}: no sentence starts with {start!r}"
+    return found.group(1)
 
 
 def test_default_and_new_streams():
@@ -62,3 +75,47 @@ def test_generic_torch_stream_and_event_work_on_sim():
     event.record(stream)
     stream.wait_event(event)
     assert event.query()
+
+
+@pytest.mark.parametrize("make_pair", [
+    lambda: (torch.sim.Event(), torch.sim.Event()),
+    lambda: (torch.Event(device="sim", enable_timing=False), torch.Event(device="sim", enable_timing=False)),
+    lambda: (torch.sim.Event(enable_timing=True), torch.sim.Event()),
+], ids=["sim.Event-default", "torch.Event-no-timing", "one-timed"])
+def test_elapsed_time_refuses_events_created_without_timing_in_cudas_words(make_pair):
+    """As on CUDA: recording works on any event, but only two events created with enable_timing=True are timed."""
+    start, end = make_pair()
+    start.record()
+    end.record()
+    with pytest.raises(ValueError) as raised:
+        start.elapsed_time(end)
+    assert str(raised.value).startswith(pytorchs_sentence("c10/cuda/CUDAEvent.h", "Both events must be created")), \
+        raised.value
+
+
+def test_elapsed_time_of_an_unrecorded_event_says_cudas_sentence():
+    start = torch.sim.Event(enable_timing=True)
+    end = torch.sim.Event(enable_timing=True)
+    start.record()
+    with pytest.raises(ValueError) as raised:
+        start.elapsed_time(end)
+    assert str(raised.value).startswith(pytorchs_sentence("c10/cuda/CUDAEvent.h", "Both events must be recorded")), \
+        raised.value
+
+
+def test_before_the_step_streams_and_events_are_refused_in_pytorchs_words_then_sims():
+    """Without the step, sim answers as PyTorch's guard interface does for a backend without streams, then says why."""
+    program = ("import torch, torch_sim\n"
+               "for make in (lambda: torch.Stream(device='sim'), lambda: torch.Event(device='sim').record()):\n"
+               "    try:\n"
+               "        make()\n"
+               "    except RuntimeError as error:\n"
+               "        print(str(error).splitlines()[0])\n")
+    step_before = torch_sim.STEPS[torch_sim.STEPS.index("streams_events") - 1]
+    result = run_python(program, SIM_BRINGUP_STEP=step_before)
+    assert result.returncode == 0, result.stderr[-3000:]
+    new_stream, record = result.stdout.strip().splitlines()
+    interface = "c10/core/impl/DeviceGuardImplInterface.h"
+    assert new_stream.startswith(pytorchs_sentence(interface, "Backend doesn't support create a new")), new_stream
+    assert record.startswith(pytorchs_sentence(interface, "Backend doesn't support events")), record
+    assert "the 'streams_events' step of the bring-up is not installed" in new_stream + record

@@ -120,7 +120,7 @@ def test_guide_stepper_moves_and_checks():
     assert "Step 7" in widget.body.value and "backend/generator.py" in widget.body.value
     widget.check_button.click()
     check = widget.checks["generator"]
-    assert check.demonstrates_the_step and "not installed" in check.before
+    assert check.demonstrates_the_step and "implement `getNewGenerator`" in check.before  # PyTorch's own error
     assert ">fails</b>" in widget.body.value and ">works</b>" in widget.body.value
     widget.next.click()
     assert widget.step.name == "autograd" and widget.progress.value == 8
@@ -135,6 +135,17 @@ def test_guide_stepper_moves_and_checks():
         GuideStepper(GUIDE, only=["kernels"])
     with pytest.raises(ValueError, match="the guide has no steps: pass a backend's guide, e.g. torch_sim.GUIDE"):
         GuideStepper([])
+
+
+def test_before_operators_exist_the_coverage_line_says_there_is_no_kernel_yet():
+    from pu1_explorer.guide import StepCheck
+    from pu1_explorer.widgets.guide import check_html
+
+    early = StepCheck("hooks", False, "error", True, "ok", 59.42, 59.42, [], runnable_before=0, runnable_after=0)
+    html = check_html(early, "sim")
+    assert "no kernel and no fallback yet" in html and "run without the fallback" not in html
+    later = StepCheck("operators", False, "error", True, "ok", 59.42, 64.92, [], runnable_before=0, runnable_after=900)
+    assert "59.42% → 64.92% run without the fallback" in check_html(later, "sim")
 
 
 def test_a_guide_step_page_checks_its_step_and_shows_the_check_program():

@@ -14,6 +14,28 @@
 namespace torch_{{ name }} {
 
 // [guide: amp]
+namespace {
+
+// CUDA refuses binary_cross_entropy under autocast (a float16 sigmoid output loses too much
+// precision), and so does this backend, in PyTorch's own words: the kernel on AutocastCUDA only
+// raises, so calling it needs no CUDA and yields the sentence tests and users' code match.
+at::Tensor binary_cross_entropy_refused(const at::Tensor& self, const at::Tensor& target,
+                                        const std::optional<at::Tensor>& weight, int64_t reduction) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("aten::binary_cross_entropy", "")
+                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                         int64_t)>();
+  std::string refusal = "binary_cross_entropy is unsafe to autocast.";
+  try {
+    op.redispatch(c10::DispatchKeySet(c10::DispatchKey::AutocastCUDA), self, target, weight, reduction);
+  } catch (const c10::Error& error) {
+    refusal = error.msg();
+  }
+  TORCH_CHECK(false, refusal, "\n{{ name }} refuses it under autocast as CUDA does.");
+}
+
+}  // namespace
+
 TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFallthrough());
 }
@@ -29,6 +51,7 @@ TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
   AT_FORALL_FP32_SET_OPT_DTYPE(TO_FLOAT32_UNLESS_DTYPE)
   AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(KERNEL_DIFFERENT_REDISPATCH_SIGNATURE_PRIVATEUSEONE)
   AT_FORALL_PROMOTE(TO_WIDEST)
+  m.impl("binary_cross_entropy", TORCH_FN(binary_cross_entropy_refused));
 #undef TO_LOWER_PRECISION
 #undef TO_FLOAT32
 #undef TO_FLOAT32_UNLESS_DTYPE

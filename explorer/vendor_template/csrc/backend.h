@@ -41,6 +41,7 @@ struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
   void uncheckedSetDevice(c10::Device device) const noexcept override;
   DeviceIndex deviceCount() const noexcept override { return device_count(); }
   void synchronizeDevice(const DeviceIndex device) const override;
+  c10::DeviceCapability getDeviceCapability(c10::Device device) const override;  // the dtypes the device holds
 
   c10::Stream getStream(c10::Device device) const override;
   c10::Stream getDefaultStream(c10::Device device) const override;

@@ -55,6 +55,17 @@ void GuardImpl::synchronizeDevice(const DeviceIndex device) const {
   RUNTIME_CHECK(runtime::synchronize_device(index));
 }
 
+// torch.accelerator.get_device_capability(): every dtype starts supported; clear the ones the device
+// cannot hold. The operators here compute on the host, so only the quantized dtypes are missing (they
+// would need the QuantizedPrivateUse1 kernels this backend does not register).
+c10::DeviceCapability GuardImpl::getDeviceCapability(c10::Device device) const {
+  check_device(device.has_index() ? device.index() : current_device());
+  c10::DeviceCapability capability;
+  auto& dtypes = capability.capability_data.supported_scalar_types;
+  dtypes.has_QInt8 = dtypes.has_QUInt8 = dtypes.has_QInt32 = dtypes.has_QUInt4x2 = dtypes.has_QUInt2x4 = false;
+  return capability;
+}
+
 C10_REGISTER_GUARD_IMPL(PrivateUse1, GuardImpl);
 // [/guide: guard]
 

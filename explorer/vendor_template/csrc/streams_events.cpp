@@ -126,8 +126,11 @@ void GuardImpl::synchronizeEvent(void* event) const {
   if (event != nullptr) RUNTIME_CHECK(runtime::event_synchronize(static_cast<runtime::Event>(event)));
 }
 
+// torch.Event refuses, before it calls this, a pair not both created with enable_timing=True or not
+// both recorded, in PyTorch's words; a direct caller of the guard gets the same first sentence.
 double GuardImpl::elapsedTime(void* start, void* end, const DeviceIndex) const {
-  TORCH_CHECK(start != nullptr && end != nullptr, "{{ name }}: both events must be recorded before elapsed_time()");
+  TORCH_CHECK_VALUE(start != nullptr && end != nullptr,
+                    "Both events must be recorded before calculating elapsed time.");
   float milliseconds = 0;
   RUNTIME_CHECK(runtime::event_elapsed_ms(&milliseconds, static_cast<runtime::Event>(start),
                                           static_cast<runtime::Event>(end)));

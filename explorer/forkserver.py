@@ -492,8 +492,18 @@ def _serve(listener: socket.socket, preload: Sequence[str]) -> None:
             finalizer.atexit = False
 
     parent = os.getppid()
+    address = listener.getsockname()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # watchers are reaped by the system
     listener.settimeout(1.0)
+    _accept_until_orphaned(listener, parent)  # a forked child leaves it by SystemExit, never reaching what follows
+    # a parent that ended without closing the server (a killed kernel) left the socket and its folder to the template
+    if os.path.exists(address):
+        os.unlink(address)
+        os.rmdir(os.path.dirname(address))
+
+
+def _accept_until_orphaned(listener: socket.socket, parent: int) -> None:
+    """Serve requests while `parent` lives: each one forks a watcher, which forks the child and reports on it."""
     while os.getppid() == parent:
         try:
             connection, _ = listener.accept()

@@ -242,3 +242,16 @@ def test_quick_children_started_from_two_threads_each_report_their_own_status():
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(run_many, (0, 100)))
     assert results == [list(range(0, 15)), list(range(100, 115))]
+
+
+def test_a_template_whose_parent_was_killed_removes_its_socket_and_folder(tmp_path):
+    program = ("import os, signal\nfrom pu1_explorer import forkserver\n"
+               "print(forkserver.run(['-c', 'print(7)'], dict(os.environ), timeout=60).stdout, end='', flush=True)\n"
+               "os.kill(os.getpid(), signal.SIGKILL)  # no exit handler closes the server")
+    killed = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120,
+                            env=dict(ENV, TMPDIR=str(tmp_path)))
+    assert killed.returncode == -signal.SIGKILL and killed.stdout == "7\n", killed.stderr
+    deadline = time.monotonic() + 30
+    while list(tmp_path.iterdir()) and time.monotonic() < deadline:  # the template looks for its parent every second
+        time.sleep(0.2)
+    assert list(tmp_path.iterdir()) == []

@@ -119,7 +119,8 @@ def test_visualizer_and_stepper_work_live(jupyterlab):
         click_widget_button(page, "Run the check")
         wait_for(page, "the step's check", "document.body.innerText.includes('after the step')", 120_000)
         body = page.inner_text("body")
-        assert "fails" in body and "works" in body and "not installed" in body, body[-3000:]
+        # before the step, PyTorch's own error for hooks that do not implement getNewGenerator
+        assert "fails" in body and "works" in body and "getNewGenerator" in body, body[-3000:]
         click_widget_button(page, "Next")
         wait_for(page, "step 8", "document.body.innerText.includes('Step 8')", 30_000)
         page.screenshot(path=SCREENSHOT, full_page=False)

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,10 +41,15 @@ def toy_library(target: Path) -> Path | None:
     return next(iter(sorted((Path(target) / "torch_toy").glob("_C.*.so"))), None)
 
 
-def _newest_source(source: Path) -> float:
-    files = [path for path in Path(source).rglob("*") if path.is_file() and path.suffix in (".py", ".cpp", ".h", ".toml")
-             and path.relative_to(source).parts[0] not in ("build", "torch_toy.egg-info")]
+def newest_mtime(files: Iterable[Path]) -> float:
+    """The modification time of the newest of `files`: a build older than it is stale."""
     return max(path.stat().st_mtime for path in files)
+
+
+def _newest_source(source: Path) -> float:
+    return newest_mtime(path for path in Path(source).rglob("*")
+                        if path.is_file() and path.suffix in (".py", ".cpp", ".h", ".toml")
+                        and path.relative_to(source).parts[0] not in ("build", "torch_toy.egg-info"))
 
 
 def build_toy_backend(target: Path = TOY_BUILD, source: Path = TOY_SOURCE) -> dict[str, str]:

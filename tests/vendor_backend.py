@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 from tests.environments import pip
-from tests.toy_backend import first_error
+from tests.toy_backend import first_error, newest_mtime
 
 DEVICE = "mydev"
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,9 +41,8 @@ def vendor_environment(target: Path) -> dict[str, str]:
 
 def newest_template_file() -> float:
     """The modification time of the newest file the generated backend is made from."""
-    files = [path for folder in TEMPLATE_INPUTS for path in ([folder] if folder.is_file() else folder.rglob("*"))
-             if path.is_file() and "__pycache__" not in path.parts]
-    return max(path.stat().st_mtime for path in files)
+    files = (path for folder in TEMPLATE_INPUTS for path in ([folder] if folder.is_file() else folder.rglob("*")))
+    return newest_mtime(path for path in files if path.is_file() and "__pycache__" not in path.parts)
 
 
 def is_current(target: Path) -> bool:

@@ -80,7 +80,9 @@ benchmark: setup
 	$(PYTHON) benchmarks/widget_speed.py
 	$(PYTHON) benchmarks/import_speed.py
 	$(PYTHON) benchmarks/profiler_overhead.py
+	$(PYTHON) benchmarks/interface_trace_overhead.py
 	$(PYTHON) benchmarks/compile_speed.py
+	$(PYTHON) benchmarks/graph_speed.py
 	$(PYTHON) benchmarks/fresh_process_speed.py
 	$(PYTHON) benchmarks/new_backend_speed.py
 	$(PYTHON) benchmarks/site_build.py

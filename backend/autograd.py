@@ -11,6 +11,11 @@ An own derivative must keep the reference's arithmetic where the device promises
 results bit-identical to the CPU: an earlier version of this example saved the
 sigmoid and built the gradient from it, which differs from the CPU's fused kernel
 in the last bit, and the OpInfo sweep (tests/backend/test_device_generic.py) caught it.
+
+The recurrent layers (`aten::lstm`, `gru`, `rnn_*` and their cells) get an AutogradPrivateUse1
+kernel too (backend/csrc/operators_rnn.cpp): the host's autograd records the CPU's own graph for
+the whole sequence, and one sim node runs its backward, instead of a graph of small per-step
+operators. Training is then bit-identical to the CPU and as fast.
 """
 from __future__ import annotations
 
@@ -18,6 +23,9 @@ import atexit
 import time
 
 import torch
+
+from torch_sim.operators import RECURRENT_OPERATORS
+from torch_sim.runtime import load_runtime
 
 _library: torch.library.Library | None = None
 
@@ -62,3 +70,4 @@ def install() -> None:
     atexit.register(_let_autograd_threads_finish)
     _library = torch.library.Library("aten", "IMPL")
     _library.impl("silu", silu_autograd_kernel, "AutogradPrivateUse1")
+    load_runtime().install_recurrent_autograd(list(RECURRENT_OPERATORS))

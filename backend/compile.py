@@ -24,6 +24,10 @@ public classes and settings:
   `config.cuda_backend` ("triton"), so C++ kernels with indirect indexing (an embedding) would get
   Triton's type rules; sim's scheduling generates its kernels under `cuda_backend = "cpp"`, for its
   own kernels only, so a CUDA device beside sim keeps Triton.
+
+The generated kernels read and write sim memory at once, so a graph capture (step 15) cannot record
+them: sim's wrapper starts the generated call with `torch.sim.refuse_if_capturing(...)`, which fails
+the capture with a clear error instead of leaving a replay that silently skips them.
 """
 from __future__ import annotations
 
@@ -39,6 +43,10 @@ import torch
 from torch_sim import device_module
 
 DYNAMO_INTERFACE_MODULE = "torch._dynamo.device_interface"
+# Why a graph capture refuses code inductor generated for sim (written by write_launcher_fn_call_get_indent).
+COMPILED_CODE_IN_CAPTURE = ("a function compiled by torch.compile runs its C++ kernels on sim memory at once and a "
+                            "graph cannot record them; capture the uncompiled code, or call the compiled function "
+                            "outside the capture")
 INDUCTOR_ATTRIBUTES = ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen", "WrapperFxCodegen")
 
 
@@ -74,6 +82,13 @@ def inductor_backend() -> dict[str, type]:
             if is_subgraph:
                 return SimSubgraphWrapperCodegen(subgraph_name, parent_wrapper, partition_signatures)
             return SimWrapperCodegen()
+
+        def write_launcher_fn_call_get_indent(self) -> int:
+            indent = super().write_launcher_fn_call_get_indent()
+            if hasattr(torch.sim, "refuse_if_capturing"):  # graphs (step 15) are installed
+                with self.prefix.indent(indent):
+                    self.prefix.writeline(f"torch.sim.refuse_if_capturing({COMPILED_CODE_IN_CAPTURE!r})")
+            return indent
 
     class SimScheduling(CppScheduling):
         """Inductor's C++ scheduling, writing each of sim's kernels with the C++ code generator's type rules."""

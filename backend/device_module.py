@@ -12,8 +12,10 @@ then also works on a real device: workers that use the device are started with '
 """
 from __future__ import annotations
 
+import os
 import sys
-from typing import Any, Callable
+import sysconfig
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -103,8 +105,9 @@ def set_device(device: Any) -> None:
 
 
 def synchronize(device: Any = None) -> None:
-    """Wait for all work on the device; sim computes synchronously, so this only checks the index."""
-    _device_index(device)
+    """Wait for all work on the device; sim computes synchronously, so this checks the index, and refuses while a
+    stream of the device captures a graph (as CUDA does)."""
+    _runtime().refuse_synchronize_while_capturing(_device_index(device))
 
 
 class device:
@@ -126,6 +129,26 @@ class device:
 
 def get_device_name(device: Any = None) -> str:
     return f"Simulated accelerator {_device_index(device)}"
+
+
+def _package_folder(module: Any) -> str:
+    return os.path.dirname(os.path.abspath(module.__file__)) + os.sep
+
+
+def start_interface_trace(ignored_paths: Sequence[str] = ()) -> None:
+    """Record every call PyTorch makes into sim's interfaces, and operator begin/end, until stop_interface_trace().
+
+    Each call's Python line is the innermost frame outside torch, torch_sim, the standard library and
+    `ignored_paths` (folders or files, e.g. a tool's own package). One trace at a time per process.
+    """
+    ignored = [_package_folder(torch), _package_folder(torch_sim), sysconfig.get_paths()["stdlib"] + os.sep]
+    _runtime().start_interface_trace(ignored + [str(path) for path in ignored_paths])
+
+
+def stop_interface_trace() -> list[dict[str, Any]]:
+    """Stop the trace and return its records in order: sequence, kind ("call", "operator_begin",
+    "operator_end"), interface, method, arguments, thread (native id), python ("file:line" or "")."""
+    return _runtime().stop_interface_trace()
 
 
 def export(*functions: Callable | type, **named: Any) -> None:

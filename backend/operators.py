@@ -14,7 +14,8 @@ Three layers; a real backend has the same three, but its fallback copies:
 Some operators no fallback can serve, because PyTorch routes every device but the CPU
 to a backend-specific kernel (ROUTED_OPERATORS): the fused RNN cells, and the attention
 kernel PrivateUse1 gets when its attention choice (a per-device hook, in C++) answers
-OVERRIDEABLE. And one composite rule a backend must override for its own key:
+OVERRIDEABLE. The recurrent layers themselves (RECURRENT_OPERATORS) get whole-sequence
+kernels that take the CPU's own route, so the fused cells serve only direct calls. And one composite rule a backend must override for its own key:
 `_has_compatible_shallow_copy_type`, without which `model.to(device)` unties shared weights.
 
 Bit-identity with the CPU also needs the CPU's *path*, not only its kernels: a few
@@ -66,6 +67,8 @@ NATIVE_OPERATORS: tuple[str, ...] = (
     "_adaptive_avg_pool2d", "_adaptive_avg_pool2d_backward", "embedding_dense_backward", "index_select",
     "native_dropout", "native_dropout_backward", "bernoulli_.float", "uniform_", "normal_",
     "index.Tensor", "cat", "cat.out", "mode.values", "gather", "scatter_add", "clone",
+    # packed sequences: sorting by length and the gradient of the reordering
+    "arange.start_out", "scatter.src_out", "index_add.out",
     # optimizers (foreach kernels)
     "_foreach_add_.List", "_foreach_add_.Scalar", "_foreach_mul_.Scalar", "_foreach_mul_.Tensor",
     "_foreach_lerp_.Scalar", "_foreach_addcmul_.Scalar", "_foreach_addcdiv_.ScalarList", "_foreach_sqrt",
@@ -83,6 +86,14 @@ ROUTED_OPERATORS: tuple[str, ...] = (
     "_scaled_dot_product_fused_attention_overrideable_backward",
 )
 _routed_library: torch.library.Library | None = None
+
+# Recurrent layers as whole-sequence operators: a composite each, which takes a host route over the whole
+# sequence for CPU tensors and the fused cells above, step by step, for any other device. sim runs each on
+# the host's route (C++, backend/csrc/operators_rnn.cpp), forward and backward, as the CPU would.
+RECURRENT_OPERATORS: tuple[str, ...] = (
+    "lstm.input", "lstm.data", "gru.input", "gru.data", "rnn_tanh.input", "rnn_tanh.data", "rnn_relu.input",
+    "rnn_relu.data", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell",
+)
 
 
 def fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
@@ -247,6 +258,7 @@ def install() -> None:
     runtime.install_minimal_operators()
     runtime.install_native_kernels(list(NATIVE_OPERATORS) + host_kernels_over_composites())
     install_routed_operators()
+    runtime.install_recurrent_kernels(list(RECURRENT_OPERATORS))
     runtime.install_attention_choice()  # C++: the choice is a per-device hook, see backend/csrc
     runtime.install_fallback()
     set_fallback_policy(config.fallback_policy())

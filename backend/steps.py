@@ -131,4 +131,5 @@ GUIDE: tuple[Step, ...] = (
     Step(12, "profiler", "Report device time to the profiler", ("profiler",)),
     Step(13, "compile", "Compile for the device with torch.compile", ("torch.compile",)),
     Step(14, "distributed", "Run torch.distributed on the device", ("distributed",)),
+    Step(15, "graphs", "Capture and replay graphs", ("graph capture",)),
 )

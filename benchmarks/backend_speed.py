@@ -1,7 +1,7 @@
 """Speed of the sim backend, as ratios to CPU eager measured in the same run.
 
-Each figure is the median of several repeats (training steps: of 200 single steps, with the
-90th percentile printed too). Run: `make benchmark`
+Every row times sim and the CPU by the one method of timing.py (`interleaved`: one process, both warmed up,
+rounds taking turns, the median of the round medians with their spread). Run: `make benchmark`
 (or `python benchmarks/backend_speed.py` in the project's virtualenv).
 """
 from __future__ import annotations
@@ -11,12 +11,11 @@ from typing import Callable
 import torch
 
 from pu1_explorer import workloads
-from timing import median_seconds, step_seconds
-
-REPEATS = 7
+from timing import METHOD, Timing, sim_against_cpu
 
 
 def multiplies(device: str, size: int, count: int) -> Callable[[], object]:
+    """`count` multiplies of two size x size float32 tensors: per-op overhead when small, bandwidth when large."""
     a = torch.randn(size, size, device=device)
     b = torch.randn(size, size, device=device)
 
@@ -24,6 +23,43 @@ def multiplies(device: str, size: int, count: int) -> Callable[[], object]:
         for _ in range(count):
             result = a * b
         return result
+
+    return run
+
+
+def small_operations(device: str, count: int = 100) -> Callable[[], object]:
+    """`count` rounds of small element-wise, reduction and view operations on 32x32 tensors (per-op overhead)."""
+    x = torch.randn(32, 32, device=device)
+    y = torch.randn(32, 32, device=device)
+
+    def run() -> object:
+        for _ in range(count):
+            z = (x + y).relu()
+            total = z.sum() + z.mean(dim=0).amax()
+            flat = z.t().reshape(-1)[5:300]
+            picked = torch.where(x > 0, x, y * 2).exp()
+        return total, flat, picked
+
+    return run
+
+
+def recurrent_training_step(kind: str, device: str) -> Callable[[], object]:
+    """One AdamW step of a 2-layer nn.LSTM, nn.GRU or nn.RNN (batch 16, 20 steps, width 32 -> 64) with a linear head."""
+    torch.manual_seed(0)
+    layers = getattr(torch.nn, kind)(input_size=32, hidden_size=64, num_layers=2, batch_first=True).to(device)
+    head = torch.nn.Linear(64, 10).to(device)
+    optimizer = torch.optim.AdamW([*layers.parameters(), *head.parameters()], lr=1e-3)
+    generator = torch.Generator().manual_seed(0)
+    inputs = torch.randn(16, 20, 32, generator=generator).to(device)
+    targets = torch.randint(0, 10, (16,), generator=generator).to(device)
+
+    def run() -> object:
+        optimizer.zero_grad()
+        outputs, _ = layers(inputs)
+        loss = torch.nn.functional.cross_entropy(head(outputs[:, -1]), targets)
+        loss.backward()
+        optimizer.step()
+        return loss
 
     return run
 
@@ -70,37 +106,32 @@ def gpt2_training_step(device: str) -> Callable[[], object]:
 
 def main() -> int:
     torch.sim.set_fallback_policy("silent")
-    torch.set_num_threads(torch.get_num_threads())
-    rows: list[tuple[str, float, float, str]] = []
+    rows: list[tuple[str, Timing, Timing, str]] = []
 
-    def compare(label: str, make: Callable[[str], Callable[[], object]], target: str) -> None:
-        cpu = median_seconds(make("cpu"), REPEATS, warm_up=True)
-        sim = median_seconds(make("sim"), REPEATS, warm_up=True)
+    def compare(label: str, make: Callable[[str], Callable[[], object]], target: str, **options: int) -> None:
+        cpu, sim = sim_against_cpu(make, **options)
         rows.append((label, cpu, sim, target))
+        print(f"  measured: {label}", flush=True)
 
-    compare("1,000 multiplies, 64x64 float32 (per-op overhead)", lambda d: multiplies(d, 64, 1000), "<= 3x")
-    compare("100 multiplies, 1024x1024 float32 (bandwidth)", lambda d: multiplies(d, 1024, 100), "<= 1.2x")
-    tails = []
+    few = {"calls": 5}  # a call of these rows is itself a loop of many operations
+    compare("1,000 multiplies, 64x64 float32 (per-op overhead)", lambda d: multiplies(d, 64, 1000), "<= 1.1x", **few)
+    compare("100 rounds of 10 small element-wise, reduction and view ops (per-op overhead)",
+            small_operations, "<= 1.1x", **few)
+    compare("100 multiplies, 1024x1024 float32 (bandwidth)", lambda d: multiplies(d, 1024, 100), "<= 1.2x", **few)
     for name, label, target in (("mlp", "small MLP", "<= 2x"), ("cnn", "small CNN", "<= 2x"),
                                 ("transformer", "transformer encoder layer", "<= 1.1x")):
-        cpu, cpu_tail = step_seconds(training_step(name, "cpu"))
-        sim, sim_tail = step_seconds(training_step(name, "sim"))
-        rows.append((f"one training step, {label} (median of 200)", cpu, sim, target))
-        tails.append((label, cpu_tail, sim_tail))
-    cpu, cpu_tail = step_seconds(gpt2_training_step("cpu"))
-    sim, sim_tail = step_seconds(gpt2_training_step("sim"))
-    rows.append(("one training step, small-config GPT-2 (median of 200)", cpu, sim, "<= 1.1x"))
-    tails.append(("GPT-2", cpu_tail, sim_tail))
+        compare(f"one training step, {label} (SGD)", lambda d, name=name: training_step(name, d), target)
+    compare("one training step, small-config GPT-2 (AdamW)", gpt2_training_step, "<= 1.1x")
+    for kind in ("LSTM", "GRU", "RNN"):
+        compare(f"one training step, 2-layer nn.{kind} (AdamW)",
+                lambda d, kind=kind: recurrent_training_step(kind, d), "<= 1.1x")
 
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, median of {REPEATS} repeats\n")
-    print(f"| {'workload':62s} | {'CPU eager':>10s} | {'sim':>10s} | {'ratio':>6s} | target |")
-    print(f"|{'-' * 64}|{'-' * 12}|{'-' * 12}|{'-' * 8}|--------|")
+    print(f"\ntorch {torch.__version__}, {torch.get_num_threads()} threads; {METHOD} "
+          f"(the first three rows: {few['calls']} calls a round)\n")
+    print(f"| {'workload':78s} | {'CPU eager, ms (spread)':>24s} | {'sim, ms (spread)':>24s} | ratio | target |")
+    print(f"|{'-' * 80}|{'-' * 26}:|{'-' * 26}:|------:|--------|")
     for label, cpu, sim, target in rows:
-        print(f"| {label:62s} | {cpu * 1e3:7.2f} ms | {sim * 1e3:7.2f} ms | {sim / cpu:5.2f}x | {target} |")
-
-    print("\nslow tail of the training steps (90th percentile): " + "; ".join(
-        f"{label} {cpu * 1e3:.2f} ms on CPU, {sim * 1e3:.2f} ms on sim" for label, cpu, sim in tails))
-
+        print(f"| {label:78s} | {cpu.milliseconds():>24s} | {sim.milliseconds():>24s} | {sim.ratio_to(cpu):4.2f}x | {target} |")
     return 0
 
 

@@ -4,7 +4,8 @@ Jupyter kernel for a notebook, as the docs build starts one per page: launched a
 (`pu1_docs.forked_kernel`, the docs build's tooling).
 
 Run: `make benchmark` (or `python benchmarks/fresh_process_speed.py` in the project's virtualenv).
-Figures are medians of several repeats, measured in this run.
+Each pair is timed by the one method of timing.py (`interleaved`, one call per round: both warmed up, rounds
+taking turns, the median of the round medians with their spread).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import time
 
 import nbformat
 from nbclient import NotebookClient
-from timing import median_seconds
+from timing import interleaved
 from pu1_explorer import forkserver
 from pu1_explorer.conformance import scorecard
 
@@ -37,19 +38,25 @@ def execute_notebook(env: dict[str, str], forked: bool) -> None:
 def main() -> int:
     env = dict(os.environ, SIM_FALLBACK="silent")
     forkserver.run(["-c", "pass"], env, timeout=120)  # the template starts once
-    executed = median_seconds(lambda: subprocess.run([sys.executable, "-c", PROGRAM], env=env, check=True))
-    forked = median_seconds(lambda: forkserver.run(["-c", PROGRAM], env, timeout=120))
-    print(f"a fresh process that imports torch and makes a sim tensor: {executed:.3f} s as a new interpreter, "
-          f"{forked:.3f} s forked from the template ({executed / forked:.1f}x)")
+    processes = interleaved({
+        "executed": lambda: subprocess.run([sys.executable, "-c", PROGRAM], env=env, check=True),
+        "forked": lambda: forkserver.run(["-c", PROGRAM], env, timeout=120)}, rounds=5, calls=1, warm_up_calls=1)
+    executed, forked = processes["executed"], processes["forked"]
+    print(f"a fresh process that imports torch and makes a sim tensor: {executed.median:.3f} s "
+          f"({executed.low:.3f}-{executed.high:.3f}) as a new interpreter, {forked.median:.3f} s "
+          f"({forked.low:.3f}-{forked.high:.3f}) forked from the template ({executed.ratio_to(forked):.1f}x)")
     started = time.perf_counter()
     card = scorecard("sim", jobs=2, opinfo="quick")
     print(f"sim's scorecard ({len(card.probes)} probes, quick OpInfo sweeps, 2 jobs): "
           f"{time.perf_counter() - started:.1f} s, {card.summary()['passed']} passed")
     execute_notebook(env, forked=True)  # the kernels' template starts once
-    launched = median_seconds(lambda: execute_notebook(env, forked=False))
-    forked_kernel = median_seconds(lambda: execute_notebook(env, forked=True))
+    kernels = interleaved({"launched": lambda: execute_notebook(env, forked=False),
+                           "forked": lambda: execute_notebook(env, forked=True)}, rounds=3, calls=1, warm_up_calls=0)
+    launched, forked_kernel = kernels["launched"], kernels["forked"]
     print(f"a notebook whose cell imports torch and the widgets and makes a sim tensor, in a fresh kernel: "
-          f"{launched:.3f} s launched as usual, {forked_kernel:.3f} s forked ({launched / forked_kernel:.1f}x)")
+          f"{launched.median:.3f} s ({launched.low:.3f}-{launched.high:.3f}) launched as usual, "
+          f"{forked_kernel.median:.3f} s ({forked_kernel.low:.3f}-{forked_kernel.high:.3f}) forked "
+          f"({launched.ratio_to(forked_kernel):.1f}x)")
     return 0
 
 

@@ -3,8 +3,9 @@
 Three runs on sim: not profiled, host operators profiled (`activities=[CPU]`), and host and
 device profiled (`activities=[CPU, PrivateUse1]`, sim's kernels recorded); "device part alone"
 is the last over the second. The CPU runs beside them show what the host profiler costs by itself.
-Each figure is the median of several repeats after one untimed warm-up (the first profile of
-a process also starts kineto). Run: `make benchmark`.
+The five runs of a model are timed by the one method of timing.py (`interleaved`: warmed up, which
+also starts kineto for the first profile, then rounds taking turns; the median of the round medians).
+Run: `make benchmark`.
 """
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from pu1_explorer import workloads
-from timing import median_seconds
+from timing import describe_method, interleaved
 
-REPEATS = 5
+ROUNDS = 5
 PASSES = 100
 
 
@@ -48,18 +49,18 @@ def profiled(work: Callable[[], object], activities: list[ProfilerActivity]) -> 
 def main() -> int:
     torch.sim.set_fallback_policy("silent")
     host, device = [ProfilerActivity.CPU], [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {PASSES} forward passes, "
-          f"median of {REPEATS} repeats\n")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {PASSES} forward passes a call; "
+          f"{describe_method(ROUNDS, 1, 1)}\n")
     print("| model | sim | sim, host profiled | sim, host and device profiled | ratio (target <= 1.5x) "
           "| device part alone | CPU | CPU, host profiled | ratio |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, label in (("mlp", "small MLP"), ("cnn", "small CNN"), ("transformer", "transformer encoder layer")):
         sim_work, cpu_work = forward_passes(name, "sim"), forward_passes(name, "cpu")
-        sim = median_seconds(sim_work, REPEATS, warm_up=True)
-        sim_host = median_seconds(profiled(sim_work, host), REPEATS, warm_up=True)
-        sim_device = median_seconds(profiled(sim_work, device), REPEATS, warm_up=True)
-        cpu = median_seconds(cpu_work, REPEATS, warm_up=True)
-        cpu_host = median_seconds(profiled(cpu_work, host), REPEATS, warm_up=True)
+        timings = interleaved({"sim": sim_work, "sim host": profiled(sim_work, host),
+                               "sim device": profiled(sim_work, device), "cpu": cpu_work,
+                               "cpu host": profiled(cpu_work, host)}, rounds=ROUNDS, calls=1, warm_up_calls=1)
+        sim, sim_host, sim_device, cpu, cpu_host = (timings[run].median for run in
+                                                    ("sim", "sim host", "sim device", "cpu", "cpu host"))
         print(f"| {label} | {sim * 1e3:.1f} ms | {sim_host * 1e3:.1f} ms | {sim_device * 1e3:.1f} ms | "
               f"{sim_device / sim:.2f}x | {sim_device / sim_host:.2f}x | {cpu * 1e3:.1f} ms | {cpu_host * 1e3:.1f} ms | "
               f"{cpu_host / cpu:.2f}x |")

@@ -17,6 +17,7 @@ _EXPORTS = {
     **dict.fromkeys(("CoverageChange", "CoverageRow", "CoverageSnapshot", "coverage", "diff"), "op_coverage"),
     **dict.fromkeys(("DEFAULT_KEYS", "KERNEL_KINDS", "KernelEntry", "UnknownOperatorError", "all_operators",
                      "computed_table", "dispatch_table", "resolve_operator"), "dispatch_tables"),
+    **dict.fromkeys(("GraphDump", "GraphDumpError", "compare_replay_with_eager", "read_graph_dump"), "graphs"),
     **dict.fromkeys(("KeySetPicture", "key_set"), "keyset"),
     **dict.fromkeys(("TimelineSpan", "timeline"), "profile"),
     **dict.fromkeys(("OpResult", "Probe", "ProbeResult", "Scorecard", "scorecard"), "conformance"),

@@ -62,11 +62,33 @@ def _core_csv(snapshot) -> str:
     return "\n".join([lines[0]] + [line for line in lines[1:] if line.split(",")[0] in core]) + "\n"
 
 
+def command_trace_interfaces(arguments: argparse.Namespace) -> None:
+    """`trace --interfaces`: the backend's interface calls under each user line and operator, with the hops."""
+    from pu1_explorer.interface_trace import trace_call_path
+
+    if arguments.format == "chrome":
+        raise ValueError("--interfaces prints a tree or JSON; --format chrome is for the dispatcher's hops alone")
+    if arguments.target.endswith(".py") and not Path(arguments.target).is_file():
+        raise FileNotFoundError(f"no such script: {arguments.target}")
+    code = Path(arguments.target).read_text() if Path(arguments.target).is_file() else arguments.target
+    _progress(f"tracing the interface calls and hops on {arguments.device}")
+    path = trace_call_path(code, device=arguments.device)
+    _progress(f"{len(path.calls())} interface calls recorded")
+    if arguments.format == "json":
+        text = path.to_json(indent=1)
+    else:
+        hops = path.dispatch.to_text(show_skipped=not arguments.hide_skipped) if path.dispatch else ""
+        text = f"{path.to_text()}\n\ndispatcher hops:\n{hops}"
+    _write(text, arguments.output)
+
+
 def command_trace(arguments: argparse.Namespace) -> None:
     import torch
 
     from pu1_explorer.tracer import trace
 
+    if arguments.interfaces:
+        return command_trace_interfaces(arguments)
     target = arguments.target
     namespace = {"torch": torch, "device": arguments.device, "__name__": "__main__"}
     if target.endswith(".py") and not Path(target).exists():
@@ -184,6 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--device", help=DEVICE_HELP)
     trace.add_argument("--format", choices=("tree", "json", "chrome"), default="tree")
     trace.add_argument("--hide-skipped", action="store_true", help="leave fallthrough keys out of the tree")
+    trace.add_argument("--interfaces", action="store_true",
+                       help="also record the backend's interface calls (hooks, guard, allocator, ...) per user line "
+                            "and operator (the backend must offer start/stop_interface_trace)")
     trace.add_argument("-o", "--output")
     trace.set_defaults(run=command_trace)
 

@@ -8,6 +8,8 @@
 // hooks hand out and register, and a CPU allocator that gives a host kernel computing for sim:N
 // fresh outputs in sim:N's memory.
 #include "sim.h"
+#include "graphs.h"
+#include "interface_trace.h"
 
 #include <ATen/core/CachingHostAllocator.h>
 #include <c10/core/CPUAllocator.h>
@@ -24,6 +26,14 @@
 
 namespace sim {
 
+// A graph's private pool (graphs.cpp): the blocks its captures allocated; a freed one waits for the
+// pool's next allocation and is never handed to others while the pool lives.
+struct GraphPool {
+  int users = 0;
+  int64_t reserved = 0, allocated = 0;
+  std::unordered_map<size_t, std::vector<void*>> cached;
+};
+
 struct DeviceMemory {
   std::mutex mutex;
   int64_t capacity = int64_t(8) << 30;
@@ -36,12 +46,15 @@ struct DeviceMemory {
   int64_t allocated_total = 0, freed_total = 0;
   int64_t device_allocs = 0, device_frees = 0, ooms = 0;
   std::unordered_map<size_t, std::vector<void*>> cached;  // block size -> free blocks
+  std::map<c10::MempoolId_t, GraphPool> graph_pools;
+  int64_t graph_pool_reserved = 0, graph_pool_allocated = 0;
 };
 
 struct Block {
   size_t size;
   size_t requested;
   DeviceIndex device;
+  c10::MempoolId_t pool{0, 0};  // {0, 0}: the device's common cache
 };
 
 static std::vector<std::unique_ptr<DeviceMemory>> g_memory;
@@ -67,10 +80,15 @@ static void* allocate_block(DeviceIndex device, size_t requested) {
   size_t size = std::max(kBlockRounding, (requested + kBlockRounding - 1) / kBlockRounding * kBlockRounding);
   DeviceMemory& memory = *g_memory[device];
   void* ptr = nullptr;
+  c10::MempoolId_t pool_id{0, 0};
+  if (any_capture()) pool_id = capture_pool_for_allocation(device).value_or(pool_id);
   {
     std::lock_guard<std::mutex> lock(memory.mutex);
-    auto found = memory.cached.find(size);
-    if (found != memory.cached.end() && !found->second.empty()) {
+    auto pool = memory.graph_pools.find(pool_id);
+    GraphPool* graph_pool = pool == memory.graph_pools.end() ? nullptr : &pool->second;
+    auto& cached = graph_pool != nullptr ? graph_pool->cached : memory.cached;
+    auto found = cached.find(size);
+    if (found != cached.end() && !found->second.empty()) {
       ptr = found->second.back();
       found->second.pop_back();
     } else {
@@ -93,6 +111,16 @@ static void* allocate_block(DeviceIndex device, size_t requested) {
       memory.segments += 1;
       memory.peak_segments = std::max(memory.peak_segments, memory.segments);
       memory.device_allocs += 1;
+      if (graph_pool != nullptr) {
+        graph_pool->reserved += static_cast<int64_t>(size);
+        memory.graph_pool_reserved += static_cast<int64_t>(size);
+      }
+    }
+    if (graph_pool != nullptr) {
+      graph_pool->allocated += static_cast<int64_t>(size);
+      memory.graph_pool_allocated += static_cast<int64_t>(size);
+    } else {
+      pool_id = {0, 0};
     }
     memory.allocated += static_cast<int64_t>(size);
     memory.peak_allocated = std::max(memory.peak_allocated, memory.allocated);
@@ -104,7 +132,7 @@ static void* allocate_block(DeviceIndex device, size_t requested) {
     memory.allocated_total += static_cast<int64_t>(size);
   }
   std::lock_guard<std::mutex> lock(g_blocks_mutex);
-  g_blocks.emplace(static_cast<const char*>(ptr), Block{size, requested, device});
+  g_blocks.emplace(static_cast<const char*>(ptr), Block{size, requested, device, pool_id});
   return ptr;
 }
 
@@ -125,11 +153,48 @@ static bool try_free_block(void* ptr) {
   memory.active_blocks -= 1;
   memory.free_count += 1;
   memory.freed_total += static_cast<int64_t>(block.size);
-  memory.cached[block.size].push_back(ptr);
+  auto pool = memory.graph_pools.find(block.pool);
+  if (pool != memory.graph_pools.end() && block.pool != c10::MempoolId_t{0, 0}) {
+    pool->second.allocated -= static_cast<int64_t>(block.size);
+    memory.graph_pool_allocated -= static_cast<int64_t>(block.size);
+    pool->second.cached[block.size].push_back(ptr);
+  } else {
+    memory.cached[block.size].push_back(ptr);
+  }
   return true;
 }
 
+void retain_graph_pool(DeviceIndex device, c10::MempoolId_t pool) {
+  DeviceMemory& memory = *g_memory[device];
+  std::lock_guard<std::mutex> lock(memory.mutex);
+  memory.graph_pools[pool].users += 1;
+}
+
+c10::MempoolId_t graph_pool_of(const void* block) {
+  std::lock_guard<std::mutex> lock(g_blocks_mutex);
+  auto found = g_blocks.find(static_cast<const char*>(block));
+  return found == g_blocks.end() ? c10::MempoolId_t{0, 0} : found->second.pool;
+}
+
+// The last user lets go: the pool's free blocks join the device's cache (empty_cache() can return them),
+// and its blocks still in use go there when freed.
+void release_graph_pool(DeviceIndex device, c10::MempoolId_t pool) {
+  DeviceMemory& memory = *g_memory[device];
+  std::lock_guard<std::mutex> lock(memory.mutex);
+  auto found = memory.graph_pools.find(pool);
+  if (found == memory.graph_pools.end() || --found->second.users > 0) return;
+  for (auto& [size, blocks] : found->second.cached)
+    memory.cached[size].insert(memory.cached[size].end(), blocks.begin(), blocks.end());
+  memory.graph_pool_reserved -= found->second.reserved;
+  memory.graph_pool_allocated -= found->second.allocated;
+  memory.graph_pools.erase(found);
+  std::lock_guard<std::mutex> blocks_lock(g_blocks_mutex);
+  for (auto& [address, block] : g_blocks)
+    if (block.pool == pool && block.device == device) block.pool = {0, 0};
+}
+
 void sim_free(void* ptr) {
+  SIM_TRACE("allocator", "free", c10::str("ptr=", ptr));
   if (ptr != nullptr) try_free_block(ptr);
 }
 
@@ -144,22 +209,33 @@ static void fill_stat(c10::CachingAllocator::StatArray& stat, int64_t current, i
 
 struct SimAllocator final : c10::DeviceAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
+    SIM_TRACE("allocator", "allocate", c10::str("nbytes=", nbytes, " device=", static_cast<int>(t_current_device)));
     DeviceIndex device = t_current_device;
     if (nbytes == 0) return {nullptr, nullptr, &sim_free, c10::Device(kSim, device)};
     void* ptr = allocate_block(device, nbytes);
     return {ptr, ptr, &sim_free, c10::Device(kSim, device)};
   }
-  c10::DeleterFnPtr raw_deleter() const override { return &sim_free; }
+  c10::DeleterFnPtr raw_deleter() const override {
+    SIM_TRACE("allocator", "raw_deleter", "");
+    return &sim_free;
+  }
   void copy_data(void* dest, const void* src, std::size_t count) const final { std::memcpy(dest, src, count); }
-  bool initialized() override { return g_device_count.load() > 0; }
+  bool initialized() override {
+    SIM_TRACE("allocator", "initialized", "");
+    return g_device_count.load() > 0;
+  }
   void emptyCache(c10::MempoolId_t) override {
+    SIM_TRACE("allocator", "emptyCache", "");
     for (auto& memory : g_memory) {
       std::lock_guard<std::mutex> lock(memory->mutex);
       release_cached_locked(*memory);
     }
   }
-  void recordStream(const c10::DataPtr&, c10::Stream) override {}
+  void recordStream(const c10::DataPtr& data, c10::Stream stream) override {
+    SIM_TRACE("allocator", "recordStream", c10::str("data=", data.get(), " stream=", stream));
+  }
   c10::CachingDeviceAllocator::DeviceStats getDeviceStats(DeviceIndex device) override {
+    SIM_TRACE("allocator", "getDeviceStats", c10::str("device=", static_cast<int>(device)));
     check_device_index(device);
     DeviceMemory& m = *g_memory[device];
     std::lock_guard<std::mutex> lock(m.mutex);
@@ -177,6 +253,7 @@ struct SimAllocator final : c10::DeviceAllocator {
     return stats;
   }
   void resetAccumulatedStats(DeviceIndex device) override {
+    SIM_TRACE("allocator", "resetAccumulatedStats", c10::str("device=", static_cast<int>(device)));
     check_device_index(device);
     DeviceMemory& m = *g_memory[device];
     std::lock_guard<std::mutex> lock(m.mutex);
@@ -184,6 +261,7 @@ struct SimAllocator final : c10::DeviceAllocator {
     m.device_allocs = m.device_frees = m.ooms = 0;
   }
   void resetPeakStats(DeviceIndex device) override {
+    SIM_TRACE("allocator", "resetPeakStats", c10::str("device=", static_cast<int>(device)));
     check_device_index(device);
     DeviceMemory& m = *g_memory[device];
     std::lock_guard<std::mutex> lock(m.mutex);
@@ -194,6 +272,7 @@ struct SimAllocator final : c10::DeviceAllocator {
     m.peak_segments = m.segments;
   }
   std::pair<size_t, size_t> getMemoryInfo(DeviceIndex device) override {
+    SIM_TRACE("allocator", "getMemoryInfo", c10::str("device=", static_cast<int>(device)));
     check_device_index(device);
     DeviceMemory& m = *g_memory[device];
     std::lock_guard<std::mutex> lock(m.mutex);
@@ -216,6 +295,8 @@ static void redirect_raw_delete(void* ptr) {
 struct RedirectingCpuAllocator final : c10::Allocator {
   c10::DataPtr allocate(size_t nbytes) override {
     if (t_host_redirect < 0 || nbytes == 0) return g_base_cpu_allocator->allocate(nbytes);
+    SIM_TRACE("cpu_allocator", "allocate",
+              c10::str("nbytes=", nbytes, " into sim:", static_cast<int>(t_host_redirect)));
     void* ptr = allocate_block(t_host_redirect, nbytes);
     return {ptr, ptr, &sim_free, c10::Device(c10::kCPU)};
   }
@@ -259,6 +340,7 @@ bool is_pinned_address(const void* data) {
 static size_t size_bucket(size_t size) { return static_cast<size_t>(c10::llvm::Log2_64_Ceil(size)); }
 
 static void pinned_free(void* ptr) {
+  SIM_TRACE("host_allocator", "free", c10::str("ptr=", ptr));
   if (ptr == nullptr) return;
   std::lock_guard<std::mutex> lock(g_pinned_mutex);
   auto found = g_pinned.find(static_cast<const char*>(ptr));
@@ -272,6 +354,7 @@ static void pinned_free(void* ptr) {
 
 struct PinnedAllocator final : at::HostAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
+    SIM_TRACE("host_allocator", "allocate", c10::str("nbytes=", nbytes));
     if (nbytes == 0) return {nullptr, nullptr, &pinned_free, c10::Device(c10::kCPU)};
     size_t size = std::max(kPinnedMinimumBlock, static_cast<size_t>(c10::llvm::PowerOf2Ceil(nbytes)));
     std::lock_guard<std::mutex> lock(g_pinned_mutex);
@@ -294,16 +377,21 @@ struct PinnedAllocator final : at::HostAllocator {
     g_pinned_stats.active_bytes.increase(size);
     return {ptr, ptr, &pinned_free, c10::Device(c10::kCPU)};
   }
-  c10::DeleterFnPtr raw_deleter() const override { return &pinned_free; }
+  c10::DeleterFnPtr raw_deleter() const override {
+    SIM_TRACE("host_allocator", "raw_deleter", "");
+    return &pinned_free;
+  }
   void copy_data(void* dest, const void* src, std::size_t count) const final { std::memcpy(dest, src, count); }
 
   // A block in use is "recorded" on the stream; sim's streams never have work pending, so there is
   // nothing to wait for before the block is reused.
   bool record_event(void* ptr, void*, c10::Stream) override {
+    SIM_TRACE("host_allocator", "record_event", c10::str("ptr=", ptr));
     std::lock_guard<std::mutex> lock(g_pinned_mutex);
     return g_pinned.count(static_cast<const char*>(ptr)) > 0;
   }
   void empty_cache() override {
+    SIM_TRACE("host_allocator", "empty_cache", "");
     std::lock_guard<std::mutex> lock(g_pinned_mutex);
     for (auto& [size, blocks] : g_pinned_cached) {
       for (void* ptr : blocks) {
@@ -316,10 +404,12 @@ struct PinnedAllocator final : at::HostAllocator {
     g_pinned_cached.clear();
   }
   at::HostStats get_stats() override {
+    SIM_TRACE("host_allocator", "get_stats", "");
     std::lock_guard<std::mutex> lock(g_pinned_mutex);
     return g_pinned_stats;
   }
   void reset_accumulated_stats() override {
+    SIM_TRACE("host_allocator", "reset_accumulated_stats", "");
     std::lock_guard<std::mutex> lock(g_pinned_mutex);
     for (auto* stat : {&g_pinned_stats.active_requests, &g_pinned_stats.active_bytes, &g_pinned_stats.allocations,
                        &g_pinned_stats.allocated_bytes})
@@ -328,6 +418,7 @@ struct PinnedAllocator final : at::HostAllocator {
     std::fill(g_pinned_stats.bucket_allocation.begin(), g_pinned_stats.bucket_allocation.end(), 0);
   }
   void reset_peak_stats() override {
+    SIM_TRACE("host_allocator", "reset_peak_stats", "");
     std::lock_guard<std::mutex> lock(g_pinned_mutex);
     for (auto* stat : {&g_pinned_stats.active_requests, &g_pinned_stats.active_bytes, &g_pinned_stats.allocations,
                        &g_pinned_stats.allocated_bytes})
@@ -383,7 +474,10 @@ void bind_allocator(pybind11::module& module) {
         {"allocation.all.allocated", m.allocation_count}, {"allocation.all.freed", m.free_count},
         {"segment.all.current", m.segments}, {"segment.all.peak", m.peak_segments},
         {"num_device_alloc", m.device_allocs}, {"num_device_free", m.device_frees},
-        {"num_ooms", m.ooms}, {"capacity_bytes", m.capacity}};
+        {"num_ooms", m.ooms}, {"capacity_bytes", m.capacity},
+        {"reserved_bytes.graph_pool.current", m.graph_pool_reserved},
+        {"allocated_bytes.graph_pool.current", m.graph_pool_allocated},
+        {"graph_pools.current", static_cast<int64_t>(m.graph_pools.size())}};
   });
   module.def("reset_peak_memory_stats", [](int64_t device) { g_allocator.resetPeakStats(checked(device)); });
   module.def("reset_accumulated_memory_stats", [](int64_t device) { g_allocator.resetAccumulatedStats(checked(device)); });

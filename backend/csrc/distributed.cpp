@@ -6,6 +6,7 @@
 // simccl moves no bytes itself: it hands the host's Gloo backend CPU views of the very same
 // device memory (no staging copies), and wraps Gloo's work so that wait() and futures give back
 // the caller's sim tensors. Every tensor is checked to be on sim before anything is sent.
+#include "graphs.h"
 #include "sim.h"
 
 #include <torch/extension.h>
@@ -20,10 +21,18 @@ namespace sim {
 
 constexpr const char* kBackendName = "simccl";
 
+// A collective runs at once on the host (Gloo) and no capture records it: a graph replay would skip it and give a
+// silently wrong answer, so a capture fails instead, as for any other work a capture cannot hold.
+static void refuse_collective_if_capturing(DeviceIndex device, const char* collective) {
+  refuse_if_capturing(device, c10::str("simccl's ", collective, " runs at once on the host (Gloo) and a graph cannot "
+                                       "record it; run collectives outside the capture, between replays"));
+}
+
 static void check_on_sim(const at::Tensor& tensor, const char* argument, const char* collective) {
   TORCH_CHECK(!tensor.defined() || tensor.device().type() == c10::DeviceType::PrivateUse1,
               "simccl: ", collective, " got a tensor on ", tensor.device(), " in '", argument,
               "'; every tensor of a collective on the simccl backend must be on a sim device: move it with .to('sim')");
+  if (tensor.defined() && any_capture()) refuse_collective_if_capturing(tensor.device().index(), collective);
 }
 
 static std::vector<at::Tensor> host_views(const std::vector<at::Tensor>& tensors, const char* argument,
@@ -218,6 +227,7 @@ class SimCollectives : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
+    if (any_capture()) refuse_collective_if_capturing(t_current_device, "barrier");
     return host_->barrier(opts);
   }
 

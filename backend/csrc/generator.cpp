@@ -5,6 +5,7 @@
 // sim's generator carries a host Mersenne-Twister state, and its random operators draw from it on
 // the host: a seeded draw on sim is the CPU's draw with the same seed, number for number.
 #include "sim.h"
+#include "interface_trace.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -22,22 +23,42 @@ struct SimGenerator final : c10::GeneratorImpl {
       : c10::GeneratorImpl(c10::Device(kSim, device), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
         host(c10::make_intrusive<at::CPUGeneratorImpl>(seed)) {}
 
-  void set_current_seed(uint64_t seed) override { host->set_current_seed(seed); }
-  void set_offset(uint64_t offset) override { host->set_offset(offset); }
-  uint64_t get_offset() const override { return host->get_offset(); }
-  uint64_t current_seed() const override { return host->current_seed(); }
-  uint64_t seed() override { return host->seed(); }
+  void set_current_seed(uint64_t seed) override {
+    SIM_TRACE("generator", "set_current_seed", c10::str("seed=", seed));
+    host->set_current_seed(seed);
+  }
+  void set_offset(uint64_t offset) override {
+    SIM_TRACE("generator", "set_offset", c10::str("offset=", offset));
+    host->set_offset(offset);
+  }
+  uint64_t get_offset() const override {
+    SIM_TRACE("generator", "get_offset", "");
+    return host->get_offset();
+  }
+  uint64_t current_seed() const override {
+    SIM_TRACE("generator", "current_seed", "");
+    return host->current_seed();
+  }
+  uint64_t seed() override {
+    SIM_TRACE("generator", "seed", "");
+    return host->seed();
+  }
   void set_state(const c10::TensorImpl& new_state) override {
+    SIM_TRACE("generator", "set_state", c10::str("bytes=", new_state.numel()));
     int64_t expected = host->get_state()->numel();
     TORCH_CHECK(new_state.numel() == expected, "sim: an RNG state is ", expected,
                 " bytes (as get_rng_state() returns it), got ", new_state.numel(), " bytes");
     host->set_state(new_state);
   }
-  c10::intrusive_ptr<c10::TensorImpl> get_state() const override { return host->get_state(); }
+  c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
+    SIM_TRACE("generator", "get_state", "");
+    return host->get_state();
+  }
   static c10::DeviceType device_type() { return kSim; }
 
  private:
   SimGenerator* clone_impl() const override {
+    SIM_TRACE("generator", "clone", c10::str("device=", device()));
     auto* copy = new SimGenerator(device().index());
     copy->host = c10::make_intrusive<at::CPUGeneratorImpl>();
     copy->host->set_state(*host->get_state());
@@ -72,7 +93,9 @@ const at::Generator& default_generator(DeviceIndex device) {
 DeviceRandomScope::DeviceRandomScope(bool active, DeviceIndex device) {
   if (!active || !g_generator_installed.load()) return;
   host_default = at::check_generator<at::CPUGeneratorImpl>(at::detail::getDefaultCPUGenerator());
-  auto* device_generator = dynamic_cast<SimGenerator*>(default_generator(device).unsafeGetGeneratorImpl());
+  // Through PyTorch's context and the hooks, as a vendor's kernel finds the device's default generator.
+  const at::Generator& generator = at::globalContext().defaultGenerator(c10::Device(kSim, device));
+  auto* device_generator = dynamic_cast<SimGenerator*>(generator.unsafeGetGeneratorImpl());
   device_host = device_generator->host.get();
   swap_generator_states(host_default, device_host);
 }

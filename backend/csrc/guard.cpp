@@ -6,26 +6,37 @@
 // allocator agree on it. PyTorch also asks it for streams and events; sim's are in
 // streams_events.cpp.
 #include "sim.h"
+#include "graphs.h"
+#include "interface_trace.h"
 
 #include <memory>
 
 namespace sim {
 
 struct SimGuardImpl final : c10::impl::DeviceGuardImplInterface {
-  c10::DeviceType type() const override { return kSim; }
+  c10::DeviceType type() const override {
+    SIM_TRACE("guard", "type", "");
+    return kSim;
+  }
   c10::Device exchangeDevice(c10::Device device) const override {
+    SIM_TRACE("guard", "exchangeDevice", c10::str("device=", device));
     auto previous = getDevice();
     if (device.index() != previous.index()) setDevice(device);
     return previous;
   }
-  c10::Device getDevice() const override { return c10::Device(kSim, t_current_device); }
+  c10::Device getDevice() const override {
+    SIM_TRACE("guard", "getDevice", "");
+    return c10::Device(kSim, t_current_device);
+  }
   void setDevice(c10::Device device) const override {
+    SIM_TRACE("guard", "setDevice", c10::str("device=", device));
     TORCH_CHECK(device.type() == kSim, "sim: expected a sim device, got ", device);
     DeviceIndex index = device.has_index() ? device.index() : 0;
     check_device_index(index);
     t_current_device = index;
   }
   void uncheckedSetDevice(c10::Device device) const noexcept override {
+    SIM_TRACE("guard", "uncheckedSetDevice", c10::str("device=", device));
     if (device.has_index() && device.index() >= 0 && device.index() < g_device_count.load())
       t_current_device = device.index();
   }
@@ -36,38 +47,83 @@ struct SimGuardImpl final : c10::impl::DeviceGuardImplInterface {
     check_device_index(device.index());
     return device;
   }
-  c10::Stream getStream(c10::Device device) const override { return current_stream(resolved(device)); }
+  c10::Stream getStream(c10::Device device) const override {
+    SIM_TRACE("guard", "getStream", c10::str("device=", device));
+    return current_stream(resolved(device));
+  }
   c10::Stream getDefaultStream(c10::Device device) const override {
+    SIM_TRACE("guard", "getDefaultStream", c10::str("device=", device));
     return c10::Stream(c10::Stream::DEFAULT, resolved(device));
   }
   c10::Stream getStreamFromGlobalPool(c10::Device device, bool) const override {
+    SIM_TRACE("guard", "getStreamFromGlobalPool", c10::str("device=", device));
     return stream_from_pool(resolved(device));
   }
-  c10::Stream getNewStream(c10::Device device, int) const override { return new_stream(resolved(device)); }
+  c10::Stream getNewStream(c10::Device device, int priority) const override {
+    SIM_TRACE("guard", "getNewStream", c10::str("device=", device, " priority=", priority));
+    return new_stream(resolved(device));
+  }
   // sim computes with the host's kernels, so every dtype the CPU has is supported (the default).
   // Every dtype but the quantized ones: sim registers no QuantizedPrivateUse1 kernels, so it cannot hold them.
   c10::DeviceCapability getDeviceCapability(c10::Device device) const override {
+    SIM_TRACE("guard", "getDeviceCapability", c10::str("device=", device));
     check_device_index(resolved(device).index());
     c10::DeviceCapability capability;
     auto& dtypes = capability.capability_data.supported_scalar_types;
     dtypes.has_QInt8 = dtypes.has_QUInt8 = dtypes.has_QInt32 = dtypes.has_QUInt4x2 = dtypes.has_QUInt2x4 = false;
     return capability;
   }
-  c10::Stream exchangeStream(c10::Stream stream) const override { return exchange_current_stream(stream); }
-  DeviceIndex deviceCount() const noexcept override { return static_cast<DeviceIndex>(g_device_count.load()); }
+  c10::Stream exchangeStream(c10::Stream stream) const override {
+    SIM_TRACE("guard", "exchangeStream", c10::str("stream=", stream));
+    return exchange_current_stream(stream);
+  }
+  DeviceIndex deviceCount() const noexcept override {
+    SIM_TRACE("guard", "deviceCount", "");
+    return static_cast<DeviceIndex>(g_device_count.load());
+  }
 
   void record(void** event, const c10::Stream& stream, const DeviceIndex, const c10::EventFlag flag) const override {
+    SIM_TRACE("guard", "record", c10::str("event=", *event, " stream=", stream));
     record_event(event, stream, flag);
   }
-  void block(void*, const c10::Stream&) const override {}
-  bool queryEvent(void*) const override { return true; }
-  void destroyEvent(void* event, const DeviceIndex) const noexcept override { destroy_event(event); }
-  bool queryStream(const c10::Stream&) const override { return true; }
-  void synchronizeStream(const c10::Stream&) const override {}
-  void synchronizeEvent(void*) const override {}
-  void synchronizeDevice(const DeviceIndex device_index) const override { check_device_index(device_index); }
-  void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
+  void block(void* event, const c10::Stream& stream) const override {
+    SIM_TRACE("guard", "block", c10::str("event=", event, " stream=", stream));
+  }
+  bool queryEvent(void* event) const override {
+    SIM_TRACE("guard", "queryEvent", c10::str("event=", event));
+    return true;
+  }
+  void destroyEvent(void* event, const DeviceIndex) const noexcept override {
+    SIM_TRACE("guard", "destroyEvent", c10::str("event=", event));
+    destroy_event(event);
+  }
+  bool queryStream(const c10::Stream& stream) const override {
+    SIM_TRACE("guard", "queryStream", c10::str("stream=", stream));
+    return true;
+  }
+  void synchronizeStream(const c10::Stream& stream) const override {
+    SIM_TRACE("guard", "synchronizeStream", c10::str("stream=", stream));
+    refuse_synchronize_while_capturing(stream.device_index(), stream.id());
+  }
+  void synchronizeEvent(void* event) const override {
+    SIM_TRACE("guard", "synchronizeEvent", c10::str("event=", event));
+  }
+  void synchronizeDevice(const DeviceIndex device_index) const override {
+    SIM_TRACE("guard", "synchronizeDevice", c10::str("device=", static_cast<int>(device_index)));
+    check_device_index(device_index);
+    refuse_synchronize_while_capturing(device_index, -1);
+  }
+  // graphs.cpp: a stream captures between a graph's capture_begin and capture_end
+  bool isStreamCapturing(const c10::Stream& stream) const override {
+    SIM_TRACE("guard", "isStreamCapturing", c10::str("stream=", stream));
+    return stream_is_capturing(stream);
+  }
+  void recordDataPtrOnStream(const c10::DataPtr& data, const c10::Stream& stream) const override {
+    SIM_TRACE("guard", "recordDataPtrOnStream", c10::str("data=", data.get(), " stream=", stream));
+    device_allocator().recordStream(data, stream);
+  }
   double elapsedTime(void* start, void* end, const DeviceIndex) const override {
+    SIM_TRACE("guard", "elapsedTime", c10::str("start=", start, " end=", end));
     return elapsed_milliseconds(start, end);
   }
 };

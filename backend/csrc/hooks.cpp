@@ -8,6 +8,7 @@
 // (at::setHostAllocator): torch.accelerator.empty_host_cache() calls it without checking that one is
 // registered, so a device without one crashes the interpreter there.
 #include "sim.h"
+#include "interface_trace.h"
 
 #include <ATen/core/CachingHostAllocator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
@@ -18,33 +19,65 @@
 namespace sim {
 
 struct SimHooks final : at::PrivateUse1HooksInterface {
-  bool isBuilt() const override { return true; }
-  bool isAvailable() const override { return g_device_count.load() > 0; }
+  bool isBuilt() const override {
+    SIM_TRACE("hooks", "isBuilt", "");
+    return true;
+  }
+  bool isAvailable() const override {
+    SIM_TRACE("hooks", "isAvailable", "");
+    return g_device_count.load() > 0;
+  }
   // Before the generator step, PyTorch's own answer for hooks without generators: the base class raises it.
   const at::Generator& getDefaultGenerator(DeviceIndex device) const override {
+    SIM_TRACE("hooks", "getDefaultGenerator", c10::str("device=", static_cast<int>(device)));
     if (!generator_installed()) return at::PrivateUse1HooksInterface::getDefaultGenerator(device);
     return default_generator(device);
   }
   at::Generator getNewGenerator(DeviceIndex device) const override {
+    SIM_TRACE("hooks", "getNewGenerator", c10::str("device=", static_cast<int>(device)));
     if (!generator_installed()) return at::PrivateUse1HooksInterface::getNewGenerator(device);
     return new_generator(device);
   }
   c10::Device getDeviceFromPtr(void* data) const override {
+    SIM_TRACE("hooks", "getDeviceFromPtr", c10::str("data=", data));
     auto device = device_of_pointer(data);
     TORCH_CHECK(device.has_value(), "sim: the pointer is not in sim device memory");
     return c10::Device(kSim, *device);
   }
-  bool isPinnedPtr(const void* data) const override { return is_pinned_address(data); }
-  c10::Allocator* getPinnedMemoryAllocator() const override { return pinned_allocator(); }
-  bool hasPrimaryContext(DeviceIndex device) const override { return device >= 0 && device < g_device_count.load(); }
-  DeviceIndex deviceCount() const override { return static_cast<DeviceIndex>(g_device_count.load()); }
-  void setCurrentDevice(DeviceIndex device) const override { guard_impl().setDevice(c10::Device(kSim, device)); }
-  DeviceIndex getCurrentDevice() const override { return t_current_device; }
+  bool isPinnedPtr(const void* data) const override {
+    SIM_TRACE("hooks", "isPinnedPtr", c10::str("data=", data));
+    return is_pinned_address(data);
+  }
+  c10::Allocator* getPinnedMemoryAllocator() const override {
+    SIM_TRACE("hooks", "getPinnedMemoryAllocator", "");
+    return pinned_allocator();
+  }
+  bool hasPrimaryContext(DeviceIndex device) const override {
+    SIM_TRACE("hooks", "hasPrimaryContext", c10::str("device=", static_cast<int>(device)));
+    return device >= 0 && device < g_device_count.load();
+  }
+  DeviceIndex deviceCount() const override {
+    SIM_TRACE("hooks", "deviceCount", "");
+    return static_cast<DeviceIndex>(g_device_count.load());
+  }
+  void setCurrentDevice(DeviceIndex device) const override {
+    SIM_TRACE("hooks", "setCurrentDevice", c10::str("device=", static_cast<int>(device)));
+    guard_impl().setDevice(c10::Device(kSim, device));
+  }
+  DeviceIndex getCurrentDevice() const override {
+    SIM_TRACE("hooks", "getCurrentDevice", "");
+    return t_current_device;
+  }
   DeviceIndex exchangeDevice(DeviceIndex device) const override {
+    SIM_TRACE("hooks", "exchangeDevice", c10::str("device=", static_cast<int>(device)));
     return guard_impl().exchangeDevice(c10::Device(kSim, device)).index();
   }
-  DeviceIndex maybeExchangeDevice(DeviceIndex device) const override { return exchangeDevice(device); }
+  DeviceIndex maybeExchangeDevice(DeviceIndex device) const override {
+    SIM_TRACE("hooks", "maybeExchangeDevice", c10::str("device=", static_cast<int>(device)));
+    return exchangeDevice(device);
+  }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t new_bytes) const override {
+    SIM_TRACE("hooks", "resizePrivateUse1Bytes", c10::str("nbytes=", storage.nbytes(), " new_bytes=", new_bytes));
     TORCH_CHECK(storage.resizable(), "Trying to resize storage that is not resizable (a sim storage over memory sim "
                 "does not own, such as from_blob's)");
     if (new_bytes > storage.nbytes()) {

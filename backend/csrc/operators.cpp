@@ -7,6 +7,7 @@
 // host's (CPU) kernel on device memory in place, through compute_on_host below; the fallback does
 // the same, and counts and reports each operator it catches.
 #include "sim.h"
+#include "graphs.h"
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>
@@ -14,6 +15,7 @@
 #include <ATen/native/transformers/sdp_utils_cpp.h>
 #include <ATen/ops/_fused_sdp_choice_ops.h>
 #include <c10/util/ApproximateClock.h>
+#include <c10/util/SmallVector.h>
 
 #include <cstring>
 #include <map>
@@ -48,12 +50,15 @@ void grow_storage(const c10::Storage& storage, size_t new_bytes) {
 // Host kernels compute on device memory in place: a sim tensor is shown to them as
 // a CPU tensor whose storage points at the same bytes (and keeps the device
 // storage alive), so nothing is copied in either direction.
-static void release_storage_reference(void* context) { delete static_cast<c10::Storage*>(context); }
+// The host storage's context is the device StorageImpl itself, holding one reference (no allocation).
+static void release_storage_reference(void* context) {
+  c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(context));
+}
 
 static c10::Storage host_view_of_storage(const c10::Storage& device_storage) {
-  auto* keep_alive = new c10::Storage(device_storage);
-  c10::DataPtr data(device_storage.unsafeGetStorageImpl()->mutable_data(), keep_alive, &release_storage_reference,
-                    c10::Device(c10::kCPU));
+  c10::StorageImpl* keep_alive = device_storage.unsafeGetStorageImpl();
+  c10::raw::intrusive_ptr::incref(keep_alive);
+  c10::DataPtr data(keep_alive->mutable_data(), keep_alive, &release_storage_reference, c10::Device(c10::kCPU));
   return c10::Storage(c10::Storage::use_byte_size_t(), device_storage.nbytes(), std::move(data),
                       redirecting_cpu_allocator(), device_storage.resizable());
 }
@@ -122,7 +127,7 @@ struct OperatorEntry {
 static std::mutex g_operator_entries_mutex;
 static std::unordered_map<const c10::FunctionSchema*, OperatorEntry> g_operator_entries;
 
-static OperatorEntry& operator_entry(const c10::OperatorHandle& op) {
+static OperatorEntry& filled_operator_entry(const c10::OperatorHandle& op) {
   std::lock_guard<std::mutex> lock(g_operator_entries_mutex);
   auto& entry = g_operator_entries[&op.schema()];
   if (entry.name.empty()) {
@@ -146,6 +151,21 @@ static OperatorEntry& operator_entry(const c10::OperatorHandle& op) {
                             op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional);
   }
   return entry;
+}
+
+// Every call looks its operator up: a small per-thread cache of filled entries (whose addresses never change,
+// the map's nodes being stable) spares the lock and the hash of the shared map.
+static OperatorEntry& operator_entry(const c10::OperatorHandle& op) {
+  struct Slot {
+    const c10::FunctionSchema* schema = nullptr;
+    OperatorEntry* entry = nullptr;
+  };
+  constexpr size_t kSlots = 256;
+  thread_local Slot slots[kSlots];
+  const c10::FunctionSchema* schema = &op.schema();
+  Slot& slot = slots[(reinterpret_cast<uintptr_t>(schema) >> 4) % kSlots];
+  if (slot.schema != schema) slot = {schema, &filled_operator_entry(op)};
+  return *slot.entry;
 }
 
 struct DeviceOfArguments {
@@ -174,8 +194,9 @@ struct HostAliases {
     at::Tensor device_tensor;
     at::Tensor host_tensor;
   };
-  std::vector<Entry> entries;
-  std::vector<std::pair<c10::StorageImpl*, c10::Storage>> storages;  // host storage -> device storage
+  // Inline room for the usual few tensors of a call: no heap allocation on the common path.
+  c10::SmallVector<Entry, 4> entries;
+  c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 4> storages;  // host storage -> device storage
 
   at::Tensor add(const at::Tensor& t) {
     if (!t.defined() || t.device().type() != kSim) return t;
@@ -268,6 +289,7 @@ static void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* st
   TORCH_CHECK_NOT_IMPLEMENTED(entry.has_host_kernel, "'", entry.name,
       "' has no sim kernel and no host kernel to fall back to. Register a kernel for PrivateUse1 "
       "with torch.library.impl('", entry.name, "', 'PrivateUse1').");
+  if (any_capture() && capture_kernel(op, stack, device)) return;  // graphs.cpp: recorded, not run
 
   HostAliases aliases;
   auto alias = [&](const at::Tensor& t) { return aliases.add(t); };
@@ -455,6 +477,7 @@ at::Tensor& sim_set_empty(at::Tensor& self) {
 
 at::Tensor sim_copy_from(const at::Tensor& self, const at::Tensor& dst, bool) {
   c10::Device device = self.device().type() == kSim ? self.device() : dst.device();
+  if (any_capture() && capture_copy(self, dst)) return dst;  // graphs.cpp: recorded, not run
   HostScope scope(device);
   host_alias(dst).copy_(host_alias(self));
   return dst;
@@ -466,6 +489,9 @@ at::Tensor sim_copy_from_and_resize(const at::Tensor& self, const at::Tensor& ds
 }
 
 c10::Scalar sim_local_scalar_dense(const at::Tensor& self) {
+  if (any_capture())
+    refuse_if_capturing(self.device().index(), "aten::_local_scalar_dense (.item(), or a tensor in a Python "
+                        "condition) reads a value that exists only after a replay; read it after the replay");
   return at::_local_scalar_dense(host_alias(self));
 }
 
@@ -483,6 +509,10 @@ at::Tensor sim_convolution_overrideable(const at::Tensor& input, const at::Tenso
   where.see(input, "convolution_overrideable");
   where.see(weight, "convolution_overrideable");
   if (bias) where.see(*bias, "convolution_overrideable");
+  if (any_capture())  // graphs.cpp: recorded, not run
+    if (auto captured = capture_convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
+                                            groups))
+      return *captured;
   at::Tensor output;
   {
     HostScope scope(input.device());
@@ -497,6 +527,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sim_convolution_backward_override
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, c10::IntArrayRef stride,
     c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
     int64_t groups, std::array<bool, 3> output_mask) {
+  if (any_capture())  // graphs.cpp: recorded, not run
+    if (auto captured = capture_convolution_backward(grad_output, input, weight, stride, padding, dilation, transposed,
+                                                     output_padding, groups, output_mask))
+      return *captured;
   std::tuple<at::Tensor, at::Tensor, at::Tensor> grads;
   {
     HostScope scope(input.device());

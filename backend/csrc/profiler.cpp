@@ -17,6 +17,7 @@
 // kernel took.
 #define USE_KINETO 1
 #include "sim.h"
+#include "interface_trace.h"
 
 #include <torch/extension.h>
 #include <torch/csrc/profiler/standalone/privateuse1_profiler.h>
@@ -68,6 +69,7 @@ void record_kernel(const std::string& name, int64_t start_ns, int64_t end_ns, c1
 class SimProfilerSession final : public libkineto::IActivityProfilerSession {
  public:
   void start() override {
+    SIM_TRACE("profiler", "session.start", "");
     {
       std::lock_guard<std::mutex> lock(g_kernels_mutex);
       g_kernels.clear();
@@ -78,6 +80,7 @@ class SimProfilerSession final : public libkineto::IActivityProfilerSession {
   }
 
   void stop() override {
+    SIM_TRACE("profiler", "session.stop", "");
     g_recording_kernels = false;
     buffer_->span.endTime = c10::getTime();
     status_ = libkineto::TraceStatus::PROCESSING;
@@ -86,11 +89,13 @@ class SimProfilerSession final : public libkineto::IActivityProfilerSession {
   std::vector<std::string> errors() override { return {}; }
 
   void processTrace(libkineto::ActivityLogger& logger) override {
+    SIM_TRACE("profiler", "session.processTrace", "");
     processTrace(logger, [](int32_t) -> const libkineto::ITraceActivity* { return nullptr; }, 0, 0);
   }
 
   void processTrace(libkineto::ActivityLogger& logger, libkineto::getLinkedActivityCallback linked_activity,
                     int64_t, int64_t) override {
+    SIM_TRACE("profiler", "session.processTrace", "linked");
     std::vector<KernelRecord> kernels;
     {
       std::lock_guard<std::mutex> lock(g_kernels_mutex);
@@ -114,12 +119,14 @@ class SimProfilerSession final : public libkineto::IActivityProfilerSession {
 
   // Chrome trace rows: one process per sim device ("sim 0"), one thread per stream.
   std::unique_ptr<libkineto::DeviceInfo> getDeviceInfo() override {
+    SIM_TRACE("profiler", "session.getDeviceInfo", "");
     c10::DeviceIndex device = streams_.empty() ? 0 : streams_.begin()->first;
     return std::make_unique<libkineto::DeviceInfo>(
         libkineto::DeviceInfo{device, device, "sim " + std::to_string(device), "sim"});
   }
 
   std::vector<libkineto::ResourceInfo> getResourceInfos() override {
+    SIM_TRACE("profiler", "session.getResourceInfos", "");
     std::vector<libkineto::ResourceInfo> rows;
     for (const auto& [device, stream] : streams_)
       rows.push_back({stream, stream, device, "sim " + std::to_string(device) + " stream " + std::to_string(stream)});
@@ -147,6 +154,7 @@ class SimActivityProfiler final : public libkineto::IActivityProfiler {
 
   std::unique_ptr<libkineto::IActivityProfilerSession> configure(
       const std::set<libkineto::ActivityType>& activity_types, const libkineto::Config&) override {
+    SIM_TRACE("profiler", "configure", c10::str("activity_types=", activity_types.size()));
     if (activity_types.count(libkineto::ActivityType::CONCURRENT_KERNEL) == 0) return nullptr;
     return std::make_unique<SimProfilerSession>();
   }
@@ -171,6 +179,7 @@ struct SimProfilerStubs final : ProfilerStubs {
   }
 
   void record(c10::DeviceIndex* device, ProfilerVoidEventStub* event, int64_t* cpu_ns) const override {
+    SIM_TRACE("profiler", "stubs.record", "");
     const auto& impl = guard();
     c10::Device current = impl.getDevice();
     if (device != nullptr) *device = current.index();
@@ -183,17 +192,24 @@ struct SimProfilerStubs final : ProfilerStubs {
 
   // PyTorch reads the result in microseconds; a device event measures milliseconds.
   float elapsed(const ProfilerVoidEventStub* start, const ProfilerVoidEventStub* end) const override {
+    SIM_TRACE("profiler", "stubs.elapsed", "");
     return static_cast<float>(guard().elapsedTime(start->get(), end->get(), 0) * 1000.0);
   }
 
   // Named ranges belong to a device-side tracing tool (NVTX on CUDA); sim has none to forward to.
-  void mark(const char*) const override {}
-  void rangePush(const char*) const override {}
-  void rangePop() const override {}
+  void mark(const char* name) const override { SIM_TRACE("profiler", "stubs.mark", name != nullptr ? name : ""); }
+  void rangePush(const char* name) const override {
+    SIM_TRACE("profiler", "stubs.rangePush", name != nullptr ? name : "");
+  }
+  void rangePop() const override { SIM_TRACE("profiler", "stubs.rangePop", ""); }
 
-  bool enabled() const override { return true; }
+  bool enabled() const override {
+    SIM_TRACE("profiler", "stubs.enabled", "");
+    return true;
+  }
 
   void onEachDevice(std::function<void(int)> operation) const override {
+    SIM_TRACE("profiler", "stubs.onEachDevice", "");
     const auto& impl = guard();
     for (c10::DeviceIndex index = 0; index < impl.deviceCount(); ++index) {
       c10::DeviceGuard on(c10::Device(c10::DeviceType::PrivateUse1, index));
@@ -202,6 +218,7 @@ struct SimProfilerStubs final : ProfilerStubs {
   }
 
   void synchronize() const override {
+    SIM_TRACE("profiler", "stubs.synchronize", "");
     const auto& impl = guard();
     for (c10::DeviceIndex index = 0; index < impl.deviceCount(); ++index) impl.synchronizeDevice(index);
   }

@@ -3,6 +3,9 @@
 // functions of every step's file. A vendor's runtime starts the same way: how many devices
 // there are and which one is current, per thread.
 #include "sim.h"
+#include "operators_rnn.h"
+#include "graphs.h"
+#include "interface_trace.h"
 
 #include <memory>
 #include <vector>
@@ -64,10 +67,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   bind_guard(module);
   bind_allocator(module);
   bind_operators(module);
+  bind_recurrent_operators(module);
   bind_streams_events(module);
   bind_generator(module);
   bind_amp(module);
   bind_serialization(module);
   bind_profiler(module);
   bind_distributed(module);
+  bind_graphs(module);
+  bind_interface_trace(module);
 }

@@ -6,6 +6,7 @@
 // back; torch._utils.get_tensor_metadata / set_tensor_metadata call the same two. sim keeps any
 // boolean flags a user attaches, so the guide can show them surviving a save and a load.
 #include "sim.h"
+#include "interface_trace.h"
 
 #include <torch/extension.h>
 #include <torch/csrc/jit/serialization/pickler_helper.h>
@@ -21,6 +22,7 @@ struct SimTensorMeta : public c10::BackendMeta {
 
   // Copies (detach, shallow copies) get their own flags, so changing one tensor's never changes another's.
   c10::intrusive_ptr<c10::BackendMeta> clone(const c10::intrusive_ptr<c10::BackendMeta>& ptr) const override {
+    SIM_TRACE("serialization", "BackendMeta.clone", "");
     auto copy = c10::make_intrusive<SimTensorMeta>();
     copy->flags = static_cast<const SimTensorMeta*>(ptr.get())->flags;
     return copy;
@@ -28,12 +30,14 @@ struct SimTensorMeta : public c10::BackendMeta {
 };
 
 static void metadata_of(const at::Tensor& tensor, std::unordered_map<std::string, bool>& metadata) {
+  SIM_TRACE("serialization", "get_backend_meta", c10::str("tensor on ", tensor.device()));
   auto* meta = dynamic_cast<SimTensorMeta*>(tensor.unsafeGetTensorImpl()->get_backend_meta());
   if (meta == nullptr) return;
   for (const auto& [name, value] : meta->flags) metadata[name] = value;
 }
 
 static void set_metadata(const at::Tensor& tensor, std::unordered_map<std::string, bool>& metadata) {
+  SIM_TRACE("serialization", "set_backend_meta", c10::str("tensor on ", tensor.device(), " keys=", metadata.size()));
   if (metadata.empty()) return;
   auto* impl = tensor.unsafeGetTensorImpl();
   auto* existing = dynamic_cast<SimTensorMeta*>(impl->get_backend_meta());

@@ -84,7 +84,19 @@ double elapsed_milliseconds(void* start, void* end) {
   return std::chrono::duration<double, std::milli>(second->recorded_at - first->recorded_at).count();
 }
 
-static void install_streams_events() { g_streams_installed = true; }
+// Tensor.record_stream(s): the memory is in use on `s` too, which the allocator must know before it
+// reuses the block (on an asynchronous device, not before `s` has run the kernels queued on it so far).
+static void sim_record_stream(at::Tensor& self, c10::Stream stream) {
+  TORCH_CHECK(stream.device_type() == kSim, "record_stream expects a stream of the tensor's device (", self.device(),
+              "), got one of ", stream.device(), ". Pass a torch.sim.Stream or torch.Stream(device=\"sim\").");
+  device_allocator().recordStream(self.storage().data_ptr(), stream);
+}
+
+static void install_streams_events() {
+  g_streams_installed = true;
+  new_library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__)
+      .impl("record_stream", TORCH_FN(sim_record_stream));
+}
 
 void bind_streams_events(pybind11::module& module) {
   module.def("install_streams_events", &install_streams_events);

@@ -48,6 +48,7 @@ PROBES: tuple[Probe, ...] = tuple(Probe(name, f"{_PROBES_MODULE}:{function}", us
     ("profiler", "profiler", True),
     ("torch.compile", "torch_compile", True),
     ("distributed", "distributed", True),
+    ("graph capture", "graph_capture", True),
 ))
 PROBE_NAMES: tuple[str, ...] = tuple(p.name for p in PROBES) + tuple(SWEEPS)
 # What a probe's ending usually means when the probe gave no hint of its own (it died before it started, or has none).

@@ -297,9 +297,17 @@ def get_memory_info() -> None:
 
 @scenario
 def Graph() -> None:  # noqa: N802  (named after torch.accelerator.Graph)
-    # Graph capture is guide step 15, not written yet: until it is, the call must be PyTorch's clear refusal.
-    refused(torch.accelerator.Graph, RuntimeError, f"Graph is not supported on device type: {name()}")
-    assert torch.ones(2, device=name()).sum().item() == 2, "the refusal left the device unusable"
+    # Graph capture (guide step 15): work captured on a side stream runs at each replay.
+    x = torch.ones(2, device=name())
+    graph = torch.accelerator.Graph()
+    with torch.Stream(device=name()), graph:
+        x.add_(1)
+    graph.replay()
+    graph.replay()
+    assert x.tolist() == [3.0, 3.0], f"two replays of x += 1 gave {x.tolist()}"
+    assert len(graph.pool()) == 2
+    graph.reset()
+    assert torch.ones(2, device=name()).sum().item() == 2, "the graph left the device unusable"
 
 
 def empty_host_cache_after_failed_starts() -> None:

@@ -1,62 +1,144 @@
-"""RNNs: PyTorch sends every non-CPU device to fused cell kernels (`_thnn_fused_*_cell`), which sim
-implements; forward, backward and training match the CPU."""
+"""RNNs: nn.LSTM, nn.GRU, nn.RNN and their cells take the CPU's own route on sim (whole-sequence kernels on the
+host, backend/csrc/operators_rnn.cpp), so forward, backward and AdamW training are bit-identical to the CPU, with
+no fallback call. The fused cells PyTorch sends other devices to are sim kernels too, for direct calls."""
 from __future__ import annotations
 
 import copy
 
 import pytest
 import torch
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-MODULES = {
-    "LSTM": lambda: torch.nn.LSTM(8, 16, num_layers=2),
-    "GRU": lambda: torch.nn.GRU(8, 16, num_layers=2, bidirectional=True),
-    "LSTMCell": lambda: torch.nn.LSTMCell(8, 16),
-    "GRUCell": lambda: torch.nn.GRUCell(8, 16),
-    "LSTM without bias": lambda: torch.nn.LSTM(8, 16, bias=False, batch_first=True),
+KINDS = {
+    "LSTM": lambda **options: torch.nn.LSTM(6, 8, **options),
+    "GRU": lambda **options: torch.nn.GRU(6, 8, **options),
+    "RNN tanh": lambda **options: torch.nn.RNN(6, 8, **options),
+    "RNN relu": lambda **options: torch.nn.RNN(6, 8, nonlinearity="relu", **options),
 }
+SHAPES = {  # options of the layer, and whether the batch is a packed sequence of different lengths
+    "2 layers": ({"num_layers": 2}, False),
+    "bidirectional batch_first": ({"num_layers": 2, "bidirectional": True, "batch_first": True}, False),
+    "3 layers with dropout": ({"num_layers": 3, "dropout": 0.3}, False),
+    "packed bidirectional": ({"num_layers": 2, "bidirectional": True}, True),
+    "without bias": ({"bias": False}, False),
+}
+LENGTHS = torch.tensor([5, 2, 4])
 
 
-def inputs(name: str) -> torch.Tensor:
-    shape = (3, 8) if name.endswith("Cell") else (3, 5, 8) if name == "LSTM without bias" else (5, 3, 8)
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+def run_steps(model: torch.nn.Module, batches, packed: bool, batch_first: bool, device: str) -> list:
+    """Three AdamW steps; everything the CPU and sim must agree on, on the CPU: outputs, hidden state, gradients."""
+    torch.manual_seed(3)  # seeds the CPU's generator and sim's alike: the same dropout masks
+    model = model.to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    seen = []
+    for x in batches:
+        x = x.to(device)
+        optimizer.zero_grad()
+        if packed:
+            output, hidden = model(pack_padded_sequence(x, LENGTHS, batch_first=batch_first, enforce_sorted=False))
+            output = pad_packed_sequence(output, batch_first=batch_first)[0]
+        else:
+            output, hidden = model(x)
+        hidden = hidden if isinstance(hidden, tuple) else (hidden,)
+        loss = (output * output).mean() + sum((h * h).sum() for h in hidden)
+        loss.backward()
+        optimizer.step()
+        seen += [output, *hidden, *(p.grad for p in model.parameters())]
+    seen += list(model.parameters())
+    return [t.detach().cpu() for t in seen]
 
 
-def first_output(result):
-    return result[0] if isinstance(result, tuple) else result
-
-
-@pytest.mark.parametrize("name", MODULES)
-def test_forward_and_backward_match_the_cpu(name):
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("kind", KINDS)
+def test_training_is_bit_identical_to_the_cpu_with_no_fallback(kind, shape):
+    options, packed = SHAPES[shape]
     torch.manual_seed(0)
-    cpu = MODULES[name]()
+    model = KINDS[kind](**options)
+    batch_first = options.get("batch_first", False)
+    batches = [torch.randn((3, 5, 6) if batch_first else (5, 3, 6)) for _ in range(3)]
+    expected = run_steps(copy.deepcopy(model), batches, packed, batch_first, "cpu")
+    torch.sim.reset_fallback_counts()
+    actual = run_steps(copy.deepcopy(model), batches, packed, batch_first, "sim")
+    assert torch.sim.fallback_counts() == {}
+    assert len(actual) == len(expected)
+    for index, (a, e) in enumerate(zip(actual, expected)):
+        assert torch.equal(a, e), f"tensor {index} differs by {(a - e).abs().max().item()}"
+
+
+@pytest.mark.parametrize("cell", [torch.nn.LSTMCell, torch.nn.GRUCell, torch.nn.RNNCell])
+def test_cells_match_the_cpu_bit_for_bit(cell):
+    torch.manual_seed(0)
+    cpu = cell(6, 8)
     sim = copy.deepcopy(cpu).to("sim")
-    x = inputs(name)
-    out_cpu, out_sim = first_output(cpu(x)), first_output(sim(x.to("sim")))
-    assert out_sim.device.type == "sim"
-    torch.testing.assert_close(out_sim.cpu(), out_cpu, rtol=1e-5, atol=1e-6)
-    (out_cpu * out_cpu).sum().backward()
-    (out_sim * out_sim).sum().backward()
-    for (parameter, p_cpu), p_sim in zip(cpu.named_parameters(), sim.parameters()):
-        torch.testing.assert_close(p_sim.grad.cpu(), p_cpu.grad, rtol=1e-5, atol=1e-6, msg=parameter)
+    x = torch.randn(3, 6)
+    results = {}
+    for device, model in (("cpu", cpu), ("sim", sim)):
+        xd = x.detach().to(device).requires_grad_()
+        output = model(xd)
+        output = output[0] if isinstance(output, tuple) else output
+        (output * output).sum().backward()
+        results[device] = [t.detach().cpu() for t in (output, xd.grad, *(p.grad for p in model.parameters()))]
+    assert all(torch.equal(a, e) for a, e in zip(results["sim"], results["cpu"]))
 
 
-def test_training_an_lstm_matches_the_cpu():
+def test_inference_mode_takes_the_cpu_route_too():
     torch.manual_seed(0)
-    models = {"cpu": torch.nn.LSTM(8, 16, num_layers=2)}
-    models["sim"] = copy.deepcopy(models["cpu"]).to("sim")
-    data = [(torch.randn(6, 4, 8), torch.randn(6, 4, 16)) for _ in range(5)]
-    losses = {}
-    for device, model in models.items():
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-        for x, y in data:
-            optimizer.zero_grad()
-            loss = torch.nn.functional.mse_loss(model(x.to(device))[0], y.to(device))
-            loss.backward()
-            optimizer.step()
-        losses[device] = loss.item()
-    assert losses["sim"] == pytest.approx(losses["cpu"], rel=1e-4)
-    for p_cpu, p_sim in zip(models["cpu"].parameters(), models["sim"].parameters()):
-        torch.testing.assert_close(p_sim.detach().cpu(), p_cpu.detach(), rtol=1e-4, atol=1e-5)
+    cpu = torch.nn.LSTM(6, 8, num_layers=3, dropout=0.5)
+    sim = copy.deepcopy(cpu).to("sim")
+    x = torch.randn(5, 3, 6)
+    with torch.inference_mode():
+        torch.manual_seed(7)
+        expected = cpu(x)[0]
+        torch.manual_seed(7)
+        actual = sim(x.to("sim"))[0]
+    assert actual.device.type == "sim" and torch.equal(actual.cpu(), expected)
+
+
+def test_the_whole_sequence_operators_have_sim_kernels_on_both_keys():
+    from torch_sim.operators import RECURRENT_OPERATORS
+
+    for name in RECURRENT_OPERATORS:
+        for key in ("PrivateUse1", "AutogradPrivateUse1"):
+            assert torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", key), (name, key)
+    output = torch.nn.GRU(4, 4).to("sim")(torch.randn(2, 1, 4, device="sim"))[0]
+    assert output.grad_fn.name() == "SimGruBackward"
+
+
+def test_backward_twice_and_in_place_changes_fail_as_on_the_cpu():
+    model = torch.nn.LSTM(4, 4).to("sim")
+    x = torch.randn(3, 2, 4, device="sim")
+    loss = model(x)[0].sum()
+    loss.backward(retain_graph=True)
+    loss.backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        loss.backward()
+    output = model(x)[0]
+    output.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        output.sum().backward()
+
+
+def test_a_host_tensor_among_sim_tensors_is_a_clear_error():
+    model = torch.nn.GRU(4, 4).to("sim")
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device.*sim:0 and cpu"):
+        model(torch.randn(3, 2, 4))
+
+
+@pytest.mark.parametrize("kind", [torch.nn.GRU, torch.nn.LSTM])
+def test_second_derivatives_match_the_cpu(kind):
+    torch.manual_seed(0)
+    cpu = kind(4, 6, num_layers=2)
+    sim = copy.deepcopy(cpu).to("sim")
+    x = torch.randn(5, 2, 4)
+    results = {}
+    for device, model in (("cpu", cpu), ("sim", sim)):
+        xd = x.detach().to(device).requires_grad_()
+        (grad,) = torch.autograd.grad(model(xd)[0].pow(2).sum(), xd, create_graph=True)
+        grad.pow(2).sum().backward()
+        results[device] = [xd.grad.cpu(), *(p.grad.cpu() for p in model.parameters())]
+    # two host backward passes on sim, one on the CPU: the same sums, added in another order
+    for actual, expected in zip(results["sim"], results["cpu"]):
+        torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_the_fused_cells_are_sim_kernels_not_the_fallback():
@@ -64,6 +146,7 @@ def test_the_fused_cells_are_sim_kernels_not_the_fallback():
                      "aten::_thnn_fused_lstm_cell_backward_impl", "aten::_thnn_fused_gru_cell_backward"):
         assert torch._C._dispatch_has_kernel_for_dispatch_key(operator, "PrivateUse1"), operator
     torch.sim.reset_fallback_counts()
-    model = torch.nn.GRU(4, 4).to("sim")
-    model(torch.randn(2, 1, 4, device="sim"))[0].sum().backward()
+    input_gates, hidden_gates = torch.randn(2, 16, device="sim"), torch.randn(2, 16, device="sim")
+    hy, cy, _ = torch.ops.aten._thnn_fused_lstm_cell(input_gates, hidden_gates, torch.randn(2, 4, device="sim"))
+    assert hy.shape == cy.shape == (2, 4)
     assert not [name for name in torch.sim.fallback_counts() if "thnn" in name]

@@ -119,3 +119,19 @@ def test_before_the_step_streams_and_events_are_refused_in_pytorchs_words_then_s
     assert new_stream.startswith(pytorchs_sentence(interface, "Backend doesn't support create a new")), new_stream
     assert record.startswith(pytorchs_sentence(interface, "Backend doesn't support events")), record
     assert "the 'streams_events' step of the bring-up is not installed" in new_stream + record
+
+
+def test_record_stream_tells_the_allocator_and_refuses_a_stream_of_another_device():
+    tensor = torch.ones(4, device="sim")
+    side = torch.Stream(device="sim")
+    torch.sim.start_interface_trace()
+    try:
+        tensor.record_stream(side)
+    finally:
+        calls = [(record["interface"], record["method"]) for record in torch.sim.stop_interface_trace()
+                 if record["kind"] == "call"]
+    assert calls == [("allocator", "recordStream")]
+    with pytest.raises(RuntimeError, match=r"^record_stream expects a stream of the tensor's device \(sim:0\), got "
+                                           r"one of cpu\. Pass a torch\.sim\.Stream"):
+        tensor.record_stream(torch.Stream(device="cpu"))
+    assert torch.equal(tensor.cpu(), torch.ones(4))

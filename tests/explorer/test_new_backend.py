@@ -29,10 +29,10 @@ from tests.vendor_backend import DEVICE, build_vendor_backend, vendor_environmen
 # The guide steps with C++ in the template, each in the file named as sim's are (module.cpp: the device module).
 CPP_STEPS = {"module.cpp": "device_module", "hooks.cpp": "hooks", "guard.cpp": "guard", "allocator.cpp": "allocator",
              "operators.cpp": "operators", "streams_events.cpp": "streams_events", "generator.cpp": "generator",
-             "amp.cpp": "amp", "profiler.cpp": "profiler", "distributed.cpp": "distributed"}
+             "amp.cpp": "amp", "profiler.cpp": "profiler", "distributed.cpp": "distributed", "graphs.cpp": "graphs"}
 PASSING_PROBES = ("device module", "torch.accelerator", "devices and guard", "allocator statistics", "operators",
                   "streams and events", "generator", "pinned memory", "autograd on layers", "autocast (AMP)",
-                  "serialization", "attention", "RNNs", "torch.compile", "profiler", "distributed")
+                  "serialization", "attention", "RNNs", "torch.compile", "profiler", "distributed", "graph capture")
 
 
 @pytest.fixture(scope="session")

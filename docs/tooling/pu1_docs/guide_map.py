@@ -89,6 +89,11 @@ INTERFACES: dict[str, Interface] = {
     "distributed": Interface(
         "a `c10d::Backend`, `Backend.register_backend(..., devices=[...])`",
         in_sim=("c10d::Backend", "register_backend"), in_template=("c10d::Backend", "register_backend")),
+    "graphs": Interface(
+        "`at::GraphImplInterface` in `at::GraphImplRegistry`; the guard's `isStreamCapturing`; private pools "
+        "(`MempoolId_t`)",
+        in_sim=("at::GraphImplInterface", "GraphImplRegistry"),
+        in_template=("at::GraphImplInterface", "REGISTER_GRAPH_IMPL", "isStreamCapturing")),
 }
 
 # the statuses whose change a row reports, as (status, one, several)

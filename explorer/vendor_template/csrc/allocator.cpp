@@ -58,6 +58,7 @@ struct Allocation {
 };
 
 void give_back(void* context) {
+  TRACE_INTERFACE("allocator", "free", "");
   auto* allocation = static_cast<Allocation*>(context);
   runtime::free_device(allocation->pointer);  // a deleter must not throw
   update(allocation->device, [&](Counters& c) {
@@ -69,6 +70,7 @@ void give_back(void* context) {
 
 struct RuntimeAllocator final : c10::DeviceAllocator {
   c10::DataPtr allocate(size_t bytes) override {
+    TRACE_INTERFACE("allocator", "allocate", c10::str("bytes=", bytes));
     DeviceIndex device = current_device();
     if (bytes == 0) return c10::DataPtr(nullptr, c10::Device(kDevice, device));
     void* pointer = nullptr;
@@ -92,6 +94,7 @@ struct RuntimeAllocator final : c10::DeviceAllocator {
   void recordStream(const c10::DataPtr&, c10::Stream) override {}  // blocks are never reused behind a stream's back
 
   c10::CachingDeviceAllocator::DeviceStats getDeviceStats(DeviceIndex device) override {
+    TRACE_INTERFACE("allocator", "getDeviceStats", c10::str("device=", static_cast<int>(device)));
     check_device(device);
     Statistics& s = statistics();
     std::lock_guard<std::mutex> lock(s.mutex);
@@ -151,6 +154,7 @@ PinnedBlocks& pinned_blocks() {
 }
 
 void free_pinned(void* pointer) {
+  TRACE_INTERFACE("host_allocator", "free", "");
   runtime::free_host(pointer);  // a deleter must not throw
   PinnedBlocks& p = pinned_blocks();
   std::lock_guard<std::mutex> lock(p.mutex);
@@ -164,6 +168,7 @@ void free_pinned(void* pointer) {
 
 struct PinnedAllocator final : at::HostAllocator {
   c10::DataPtr allocate(size_t bytes) override {
+    TRACE_INTERFACE("host_allocator", "allocate", c10::str("bytes=", bytes));
     if (bytes == 0) return c10::DataPtr(nullptr, c10::Device(c10::kCPU));
     void* pointer = nullptr;
     RUNTIME_CHECK(runtime::malloc_host(&pointer, bytes));

@@ -13,12 +13,32 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
+#include <atomic>
+#include <string>
+#include <vector>
+
+namespace at {
+class Tensor;
+}
+namespace c10 {
+class OperatorHandle;
+struct IValue;
+}  // namespace c10
+
 // A failed runtime call is a RuntimeError that names the call and the runtime's reason.
 #define RUNTIME_CHECK(call)                                                                  \
   do {                                                                                       \
     ::runtime::Status status_of_call = (call);                                               \
     TORCH_CHECK(status_of_call == ::runtime::kSuccess, "{{ name }}: ", #call, " failed: ", \
                 ::runtime::error_string(status_of_call));                                    \
+  } while (0)
+
+// One line at the entry of each interface method: recorded while the interface trace is on (module.cpp); while it
+// is off, one relaxed atomic load and the arguments are not evaluated.
+#define TRACE_INTERFACE(interface, method, arguments)                                                  \
+  do {                                                                                                 \
+    if (::torch_{{ name }}::g_interface_trace_on.load(std::memory_order_relaxed))                       \
+      ::torch_{{ name }}::record_interface_call((interface), (method), std::string(arguments));          \
   } while (0)
 
 namespace torch_{{ name }} {
@@ -58,6 +78,7 @@ struct GuardImpl final : c10::impl::DeviceGuardImplInterface {
   double elapsedTime(void* start, void* end, const DeviceIndex device) const override;
   void destroyEvent(void* event, const DeviceIndex device) const noexcept override;
   void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
+  bool isStreamCapturing(const c10::Stream& stream) const override;  // graphs.cpp
 };
 
 // ---------------------------------------------------------- streams_events.cpp
@@ -73,6 +94,20 @@ const at::Generator& default_generator(DeviceIndex device);  // -1: the current 
 at::Generator new_generator(DeviceIndex device);
 // The host generator inside a device generator: the copying fallback's CPU kernels draw from it.
 at::Generator host_generator(const at::Generator& generator);
+
+// ---------------------------------------------------------------- graphs.cpp
+// While the current stream of `device` captures a graph, the fallback hands its operator (the arguments from
+// `first` on the stack) to the graph, which leaves the operator's results on the stack; true when it did so.
+bool record_operator(const c10::OperatorHandle& op, std::vector<c10::IValue>* stack, size_t first,
+                     DeviceIndex device);
+// The same for a copy: true when a capturing graph recorded it (one between the host and the device is refused).
+bool record_copy(const at::Tensor& source, const at::Tensor& destination);
+// Refuses `what` (a synchronization, reading a value to the host) while `stream` captures.
+void refuse_while_capturing(const c10::Stream& stream, const char* what);
+
+// ---------------------------------------------------------------- module.cpp
+extern std::atomic<bool> g_interface_trace_on;
+void record_interface_call(const char* interface, const char* method, std::string arguments);
 
 // ----------------------------------------------------------- distributed.cpp
 #ifdef Py_PYTHON_H  // in the files that include Python.h: module.cpp lists it among torch_{{ name }}._C's functions

@@ -26,13 +26,25 @@ struct DeviceGenerator final : c10::GeneratorImpl {
       : c10::GeneratorImpl(c10::Device(kDevice, device), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
         host(c10::make_intrusive<at::CPUGeneratorImpl>(c10::default_rng_seed_val)) {}
 
-  void set_current_seed(uint64_t seed) override { host->set_current_seed(seed); }
-  uint64_t current_seed() const override { return host->current_seed(); }
+  void set_current_seed(uint64_t seed) override {
+    TRACE_INTERFACE("generator", "set_current_seed", c10::str("seed=", seed));
+    host->set_current_seed(seed);
+  }
+  uint64_t current_seed() const override {
+    TRACE_INTERFACE("generator", "current_seed", "");
+    return host->current_seed();
+  }
   uint64_t seed() override { return host->seed(); }
   void set_offset(uint64_t offset) override { host->set_offset(offset); }
   uint64_t get_offset() const override { return host->get_offset(); }
-  void set_state(const c10::TensorImpl& state) override { host->set_state(state); }
-  c10::intrusive_ptr<c10::TensorImpl> get_state() const override { return host->get_state(); }
+  void set_state(const c10::TensorImpl& state) override {
+    TRACE_INTERFACE("generator", "set_state", "");
+    host->set_state(state);
+  }
+  c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
+    TRACE_INTERFACE("generator", "get_state", "");
+    return host->get_state();
+  }
   static c10::DeviceType device_type() { return kDevice; }
 
  private:

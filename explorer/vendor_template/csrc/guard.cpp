@@ -32,26 +32,34 @@ void set_current_device(DeviceIndex device) {
   RUNTIME_CHECK(runtime::set_device(device));
 }
 
-c10::Device GuardImpl::getDevice() const { return c10::Device(kDevice, current_device()); }
+c10::Device GuardImpl::getDevice() const {
+  TRACE_INTERFACE("guard", "getDevice", "");
+  return c10::Device(kDevice, current_device());
+}
 
 void GuardImpl::setDevice(c10::Device device) const {
+  TRACE_INTERFACE("guard", "setDevice", c10::str("device=", device));
   TORCH_CHECK(device.type() == kDevice, "{{ name }}: expected a {{ name }} device, got ", device);
   set_current_device(device.has_index() ? device.index() : current_device());
 }
 
 c10::Device GuardImpl::exchangeDevice(c10::Device device) const {
+  TRACE_INTERFACE("guard", "exchangeDevice", c10::str("device=", device));
   c10::Device previous = getDevice();
   if (device.index() != previous.index()) setDevice(device);
   return previous;
 }
 
 void GuardImpl::uncheckedSetDevice(c10::Device device) const noexcept {
+  TRACE_INTERFACE("guard", "uncheckedSetDevice", c10::str("device=", device));
   if (device.has_index()) runtime::set_device(device.index());  // may not throw: a failure is ignored
 }
 
 void GuardImpl::synchronizeDevice(const DeviceIndex device) const {
+  TRACE_INTERFACE("guard", "synchronizeDevice", c10::str("device=", static_cast<int>(device)));
   DeviceIndex index = device < 0 ? current_device() : device;
   check_device(index);
+  refuse_while_capturing(getStream(c10::Device(kDevice, index)), "synchronizing the device");
   RUNTIME_CHECK(runtime::synchronize_device(index));
 }
 
@@ -59,6 +67,7 @@ void GuardImpl::synchronizeDevice(const DeviceIndex device) const {
 // cannot hold. The operators here compute on the host, so only the quantized dtypes are missing (they
 // would need the QuantizedPrivateUse1 kernels this backend does not register).
 c10::DeviceCapability GuardImpl::getDeviceCapability(c10::Device device) const {
+  TRACE_INTERFACE("guard", "getDeviceCapability", c10::str("device=", device));
   check_device(device.has_index() ? device.index() : current_device());
   c10::DeviceCapability capability;
   auto& dtypes = capability.capability_data.supported_scalar_types;

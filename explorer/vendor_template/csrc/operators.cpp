@@ -168,6 +168,7 @@ at::Tensor host_copy(const at::Tensor& tensor) { return host_view(host_copy(tens
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking: the runtime is synchronous*/) {
   if (dst.numel() == 0) return dst;
+  if (record_copy(self, dst)) return dst;  // a capturing stream records the copy for its graph
   bool same_layout = self.scalar_type() == dst.scalar_type() && self.sizes() == dst.sizes() &&
                      self.is_contiguous() && dst.is_contiguous() && self.is_conj() == dst.is_conj() &&
                      self.is_neg() == dst.is_neg();
@@ -194,6 +195,8 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 }
 
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
+  refuse_while_capturing(c10::impl::getDeviceGuardImpl(kDevice)->getStream(self.device()),
+                         "reading a value to the host (.item())");
   at::Tensor host = at::empty(c10::IntArrayRef{}, at::TensorOptions().dtype(self.scalar_type()));
   RUNTIME_CHECK(runtime::copy(host.data_ptr(), self.data_ptr(), self.itemsize(), runtime::CopyKind::device_to_host));
   host._set_conj(self.is_conj());
@@ -304,6 +307,7 @@ void copying_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       random = true;
     }
   }
+  if (record_operator(op, stack, first, device)) return;  // a capturing stream records it for its graph
   if (!random) check_overlaps_on_host(op, *stack, first);  // a random operator would draw twice
   at::native::cpu_fallback(op, stack);
 }

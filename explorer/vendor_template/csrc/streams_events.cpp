@@ -59,16 +59,19 @@ runtime::Stream runtime_stream(const c10::Stream& stream) {
 }
 
 c10::Stream GuardImpl::getStream(c10::Device device) const {
+  TRACE_INTERFACE("guard", "getStream", c10::str("device=", device));
   device = with_index(device);
   auto found = t_current_stream.find(device.index());
   return c10::Stream(c10::Stream::UNSAFE, device, found == t_current_stream.end() ? 0 : found->second);
 }
 
 c10::Stream GuardImpl::getDefaultStream(c10::Device device) const {
+  TRACE_INTERFACE("guard", "getDefaultStream", c10::str("device=", device));
   return c10::Stream(c10::Stream::DEFAULT, with_index(device));
 }
 
 c10::Stream GuardImpl::getStreamFromGlobalPool(c10::Device device, bool) const {
+  TRACE_INTERFACE("guard", "getStreamFromGlobalPool", c10::str("device=", device));
   device = with_index(device);
   {
     std::lock_guard<std::mutex> lock(g_mutex);
@@ -81,15 +84,20 @@ c10::Stream GuardImpl::getStreamFromGlobalPool(c10::Device device, bool) const {
   return create_stream(device);
 }
 
-c10::Stream GuardImpl::getNewStream(c10::Device device, int) const { return create_stream(with_index(device)); }
+c10::Stream GuardImpl::getNewStream(c10::Device device, int) const {
+  TRACE_INTERFACE("guard", "getNewStream", c10::str("device=", device));
+  return create_stream(with_index(device));
+}
 
 c10::Stream GuardImpl::exchangeStream(c10::Stream stream) const {
+  TRACE_INTERFACE("guard", "exchangeStream", c10::str("stream=", stream));
   c10::Stream previous = getStream(stream.device());
   t_current_stream[stream.device_index()] = stream.id();
   return previous;
 }
 
 bool GuardImpl::queryStream(const c10::Stream& stream) const {
+  TRACE_INTERFACE("guard", "queryStream", c10::str("stream=", stream));
   runtime::Status status = runtime::stream_query(runtime_stream(stream));
   if (status == runtime::kErrorNotReady) return false;
   RUNTIME_CHECK(status);
@@ -97,10 +105,13 @@ bool GuardImpl::queryStream(const c10::Stream& stream) const {
 }
 
 void GuardImpl::synchronizeStream(const c10::Stream& stream) const {
+  TRACE_INTERFACE("guard", "synchronizeStream", c10::str("stream=", stream));
+  refuse_while_capturing(stream, "synchronizing the stream");
   RUNTIME_CHECK(runtime::stream_synchronize(runtime_stream(stream)));
 }
 
 void GuardImpl::record(void** event, const c10::Stream& stream, const DeviceIndex, const c10::EventFlag flag) const {
+  TRACE_INTERFACE("guard", "record", c10::str("stream=", stream));
   auto** handle = reinterpret_cast<runtime::Event*>(event);
   if (*handle == nullptr) {
     // BACKEND_DEFAULT is torch.Event(enable_timing=True); PYTORCH_DEFAULT events do not time.
@@ -110,11 +121,13 @@ void GuardImpl::record(void** event, const c10::Stream& stream, const DeviceInde
 }
 
 void GuardImpl::block(void* event, const c10::Stream& stream) const {
+  TRACE_INTERFACE("guard", "block", c10::str("event=", event, " stream=", stream));
   if (event == nullptr) return;  // an event never recorded: nothing to wait for
   RUNTIME_CHECK(runtime::stream_wait_event(runtime_stream(stream), static_cast<runtime::Event>(event)));
 }
 
 bool GuardImpl::queryEvent(void* event) const {
+  TRACE_INTERFACE("guard", "queryEvent", c10::str("event=", event));
   if (event == nullptr) return true;
   runtime::Status status = runtime::event_query(static_cast<runtime::Event>(event));
   if (status == runtime::kErrorNotReady) return false;
@@ -123,12 +136,14 @@ bool GuardImpl::queryEvent(void* event) const {
 }
 
 void GuardImpl::synchronizeEvent(void* event) const {
+  TRACE_INTERFACE("guard", "synchronizeEvent", c10::str("event=", event));
   if (event != nullptr) RUNTIME_CHECK(runtime::event_synchronize(static_cast<runtime::Event>(event)));
 }
 
 // torch.Event refuses, before it calls this, a pair not both created with enable_timing=True or not
 // both recorded, in PyTorch's words; a direct caller of the guard gets the same first sentence.
 double GuardImpl::elapsedTime(void* start, void* end, const DeviceIndex) const {
+  TRACE_INTERFACE("guard", "elapsedTime", "");
   TORCH_CHECK_VALUE(start != nullptr && end != nullptr,
                     "Both events must be recorded before calculating elapsed time.");
   float milliseconds = 0;
@@ -138,6 +153,7 @@ double GuardImpl::elapsedTime(void* start, void* end, const DeviceIndex) const {
 }
 
 void GuardImpl::destroyEvent(void* event, const DeviceIndex) const noexcept {
+  TRACE_INTERFACE("guard", "destroyEvent", c10::str("event=", event));
   if (event != nullptr) runtime::event_destroy(static_cast<runtime::Event>(event));
 }
 // [/guide: streams_events]

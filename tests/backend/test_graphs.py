@@ -176,6 +176,19 @@ def test_a_captured_transformer_layer_step_equals_eager_steps(dropout):
     assert_bit_identical(transformer_training(True, data, dropout), transformer_training(False, data, dropout))
 
 
+def test_a_captured_transformer_layer_step_equals_eager_steps_on_the_cpu():
+    generator = torch.Generator().manual_seed(3)
+    data = [torch.randn(2, 5, 16, generator=generator) for _ in range(4)]
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, dropout=0.0, batch_first=True)
+    optimizer = torch.optim.SGD(layer.parameters(), lr=0.05, momentum=0.9)
+    for inputs in data:
+        optimizer.zero_grad(set_to_none=True)
+        layer(inputs).pow(2).mean().backward()
+        optimizer.step()
+    assert_bit_identical(transformer_training(True, data, 0.0), [p.detach() for p in layer.parameters()])
+
+
 def test_two_graphs_share_a_pool_and_it_lives_until_both_are_reset():
     x = torch.ones(64, device="sim")
     first, doubled = capture(lambda: x * 2)

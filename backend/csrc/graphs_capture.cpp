@@ -22,9 +22,8 @@ static OperatorInfo& operator_info(const c10::OperatorHandle& op) {
   std::lock_guard<std::mutex> lock(g_operator_info_mutex);
   auto& info = g_operator_info[&op.schema()];
   if (info.name.empty()) {
-    const auto& name = op.schema().operator_name();
-    info.name = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
-    info.kernel_name = "sim::" + info.name.substr(info.name.find("::") + 2);
+    info.name = qualified_operator_name(op);
+    info.kernel_name = sim_kernel_name(info.name);
     info.random = op.hasTag(at::Tag::nondeterministic_seeded);
     for (const auto& argument : op.schema().arguments())
       info.writes.push_back(argument.alias_info() != nullptr && argument.alias_info()->isWrite());

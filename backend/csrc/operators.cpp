@@ -116,6 +116,15 @@ static at::Tensor to_device(const at::Tensor& host, c10::Device device) {
   return result;
 }
 
+std::string qualified_operator_name(const c10::OperatorHandle& op) {
+  const auto& name = op.schema().operator_name();
+  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+}
+
+std::string sim_kernel_name(const std::string& qualified_name) {
+  return "sim::" + qualified_name.substr(qualified_name.find("::") + 2);
+}
+
 struct OperatorEntry {
   std::string name;
   std::string kernel_name;  // its kernel in profiler traces: "sim::mm" for aten::mm
@@ -132,8 +141,8 @@ static OperatorEntry& filled_operator_entry(const c10::OperatorHandle& op) {
   auto& entry = g_operator_entries[&op.schema()];
   if (entry.name.empty()) {
     const auto& name = op.schema().operator_name();
-    entry.name = name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
-    entry.kernel_name = "sim::" + entry.name.substr(entry.name.find("::") + 2);
+    entry.name = qualified_operator_name(op);
+    entry.kernel_name = sim_kernel_name(entry.name);
     const auto& arguments = op.schema().arguments();
     for (size_t i = 0; i < arguments.size(); ++i) {
       auto type = arguments[i].real_type();

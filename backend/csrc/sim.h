@@ -75,6 +75,10 @@ struct DeviceRandomScope {
 
 // ---------------------------------------------------------- operators.cpp
 at::Tensor host_view(const at::Tensor& device_tensor);  // the same bytes, as a CPU tensor
+// An operator's name with its overload ("aten::mul.Tensor"), and its kernel's name in profiler traces and
+// graph dumps ("sim::mul.Tensor").
+std::string qualified_operator_name(const c10::OperatorHandle& op);
+std::string sim_kernel_name(const std::string& qualified_name);
 void grow_storage(const c10::Storage& storage, size_t new_bytes);
 
 // ----------------------------------------------------------- profiler.cpp

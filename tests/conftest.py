@@ -1,6 +1,7 @@
 """Shared test set-up: the sim backend is autoloaded by `import torch`; fallback warnings are off by default."""
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -37,6 +38,16 @@ def current_device_zero():
     torch.sim.set_device(0)
     yield
     torch.sim.set_device(0)
+
+
+@pytest.fixture
+def settled_memory():
+    """Memory figures hold still: garbage from earlier tests is freed first, and no collection frees more mid-test."""
+    gc.collect()
+    torch.sim.synchronize()
+    gc.disable()
+    yield
+    gc.enable()
 
 
 def run_python(code: str, timeout: float = 180, cwd=None, **environment: str) -> subprocess.CompletedProcess:

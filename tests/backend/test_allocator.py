@@ -6,6 +6,8 @@ import torch
 
 from tests.conftest import run_python
 
+pytestmark = pytest.mark.usefixtures("settled_memory")
+
 
 @pytest.fixture
 def small_device_one():

@@ -5,6 +5,7 @@ import torch
 from tests.conftest import run_python
 
 
+@pytest.mark.usefixtures("settled_memory")
 def test_tensors_land_on_the_device_they_name():
     before = torch.sim.memory_allocated(1)
     x = torch.ones(1024, device="sim:1")

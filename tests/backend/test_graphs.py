@@ -189,6 +189,7 @@ def test_a_captured_transformer_layer_step_equals_eager_steps_on_the_cpu():
     assert_bit_identical(transformer_training(True, data, 0.0), [p.detach() for p in layer.parameters()])
 
 
+@pytest.mark.usefixtures("settled_memory")
 def test_two_graphs_share_a_pool_and_it_lives_until_both_are_reset():
     x = torch.ones(64, device="sim")
     first, doubled = capture(lambda: x * 2)
@@ -237,6 +238,7 @@ def test_a_captured_region_with_a_fallback_operator_replays():
     assert torch.equal(y.cpu(), torch.special.erfcx(torch.tensor([1.0, 4.0, 9.0]).sqrt()))
 
 
+@pytest.mark.usefixtures("settled_memory")
 def test_the_pool_stays_reserved_across_replays_and_is_released_after_reset():
     torch.sim.empty_cache()
     baseline = torch.sim.memory_stats()["reserved_bytes.graph_pool.current"]
@@ -358,6 +360,7 @@ def test_a_captured_convolution_forward_and_backward_equals_eager():
     assert torch.equal(output.detach().cpu(), eager_output) and torch.equal(conv.weight.grad.cpu(), eager_grad)
 
 
+@pytest.mark.usefixtures("settled_memory")
 def test_blocks_freed_during_a_capture_serve_its_later_allocations():
     torch.sim.empty_cache()
     before = torch.sim.memory_stats()["reserved_bytes.graph_pool.current"]

@@ -66,6 +66,7 @@ def test_out_arguments_are_resized_on_the_device():
     torch.testing.assert_close(out.cpu(), torch.full((3,), torch.pi / 4))
 
 
+@pytest.mark.usefixtures("settled_memory")
 def test_fresh_outputs_are_allocated_on_the_device():
     x = torch.randn(256, device="sim:1")
     before = torch.sim.memory_allocated(1)

@@ -8,6 +8,7 @@ after torch itself; `import torch` never compiles anything.
 from __future__ import annotations
 
 import os
+import platform
 import re
 import shutil
 import sys
@@ -111,6 +112,10 @@ def extension(name: str, folder: str) -> list[CppExtension]:
     # project, "backend/csrc/...", also when ccache has made the sources' paths relative to the build folder.
     from_build_folder = os.path.relpath(ROOT.resolve(), BUILD_FOLDER) + "/"
     flags = ["-O2", "-g0", f"-fmacro-prefix-map={from_build_folder}="]
+    # torch's x86-64 builds carry AVX2 and AVX-512 kernels for each DispatchStub; with the same definitions,
+    # DispatchStub.h declares them, and operators_direct.cpp can hand the CPU's loops to sim's stubs.
+    if platform.machine() in ("x86_64", "AMD64"):
+        flags += ["-DHAVE_AVX2_CPU_DEFINITION", "-DHAVE_AVX512_CPU_DEFINITION"]
     return [CppExtension(name, sources, include_dirs=[str(ROOT / folder), *kineto], extra_compile_args=flags)]
 
 

@@ -5,6 +5,9 @@ Three layers; a real backend has the same three, but its fallback copies:
   (C++, `install_minimal_operators`), plus the `*_overrideable` convolutions;
 - native kernels for the operators that small CNNs, MLPs and transformers use
   (NATIVE_OPERATORS): they run the host kernel directly on device memory;
+- direct kernels for the common element-wise operators and reductions (`direct_operators()`):
+  PyTorch's own structured kernels, run on sim tensors with no boxing and no host aliases
+  (backend/csrc/operators_direct.cpp);
 - a boxed fallback for every other operator, counted and, by policy, warned about
   or refused (SIM_FALLBACK). A real device's fallback (PyTorch's `at::native::cpu_fallback`)
   copies every tensor argument to the host, runs the CPU kernel and copies the results
@@ -253,10 +256,17 @@ def set_fallback_observer(observer) -> None:
     load_runtime().set_fallback_observer(observer)
 
 
+def direct_operators() -> tuple[str, ...]:
+    """The operators whose kernel is PyTorch's structured kernel run on sim tensors (backend/csrc/operators_direct.cpp)."""
+    return tuple(load_runtime().direct_operators())
+
+
 def install() -> None:
     runtime = load_runtime()
     runtime.install_minimal_operators()
-    runtime.install_native_kernels(list(NATIVE_OPERATORS) + host_kernels_over_composites())
+    direct = set(runtime.install_direct_kernels())
+    runtime.install_native_kernels([name for name in [*NATIVE_OPERATORS, *host_kernels_over_composites()]
+                                    if name not in direct])
     install_routed_operators()
     runtime.install_recurrent_kernels(list(RECURRENT_OPERATORS))
     runtime.install_attention_choice()  # C++: the choice is a per-device hook, see backend/csrc

@@ -272,7 +272,7 @@ struct HostAliases {
 
 // Runs an operator's host (CPU) kernel on device memory: the boxed kernel behind
 // the per-op native kernels and the fallback alike.
-static void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OperatorEntry& entry = operator_entry(op);
   const auto& arguments = op.schema().arguments();
   const size_t first = stack->size() - arguments.size();
@@ -333,7 +333,7 @@ static void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* st
   {
     HostScope scope(device);
     DeviceRandomScope random(entry.is_random, device.index());
-    const int64_t start_ns = recording_kernels() ? c10::getTime() : 0;
+    const int64_t start_ns = !inside_direct_kernel() && recording_kernels() ? c10::getTime() : 0;
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
     if (start_ns != 0) record_kernel(entry.kernel_name, start_ns, c10::getTime(), device);
   }

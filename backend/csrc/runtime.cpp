@@ -3,6 +3,7 @@
 // functions of every step's file. A vendor's runtime starts the same way: how many devices
 // there are and which one is current, per thread.
 #include "sim.h"
+#include "operators_direct.h"
 #include "operators_rnn.h"
 #include "graphs.h"
 #include "interface_trace.h"
@@ -68,6 +69,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   bind_allocator(module);
   bind_operators(module);
   bind_recurrent_operators(module);
+  bind_direct_operators(module);
   bind_streams_events(module);
   bind_generator(module);
   bind_amp(module);

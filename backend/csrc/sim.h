@@ -80,6 +80,12 @@ at::Tensor host_view(const at::Tensor& device_tensor);  // the same bytes, as a 
 std::string qualified_operator_name(const c10::OperatorHandle& op);
 std::string sim_kernel_name(const std::string& qualified_name);
 void grow_storage(const c10::Storage& storage, size_t new_bytes);
+// Runs an operator's host (CPU) kernel on device memory, from its boxed stack: sim's route for every operator.
+void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// ---------------------------------------------------- operators_direct.cpp
+// True while a direct kernel runs on this thread: the operators it calls are part of its one device kernel.
+bool inside_direct_kernel();
 
 // ----------------------------------------------------------- profiler.cpp
 bool recording_kernels();

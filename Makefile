@@ -75,6 +75,7 @@ test-full: setup browser
 
 benchmark: setup
 	$(PYTHON) benchmarks/backend_speed.py
+	$(PYTHON) benchmarks/openmp_teams.py
 	$(PYTHON) benchmarks/explorer_speed.py
 	$(PYTHON) benchmarks/trace_speed.py
 	$(PYTHON) benchmarks/widget_speed.py

@@ -17,6 +17,12 @@ import torch
 
 from pu1_explorer import workloads
 
+# Backward passes run on the calling thread, for sim as for the CPU. By default PyTorch runs a device's backward on
+# autograd's device thread; sim's host kernels there start a second OpenMP team, and while a second team lives,
+# libgomp's workers stop spinning between parallel regions, which slows every device in the process several times
+# over (`benchmarks/openmp_teams.py`). A CPU-only process never has that second team; with this, neither has a run.
+torch.autograd.set_multithreading_enabled(False)
+
 ROUNDS = 7
 CALLS = 30
 WARM_UP_CALLS = 10
@@ -24,9 +30,9 @@ WARM_UP_CALLS = 10
 
 def describe_method(rounds: int = ROUNDS, calls: int = CALLS, warm_up_calls: int = WARM_UP_CALLS) -> str:
     """The method in one line, for a script's header (with the counts the script passes to `interleaved`)."""
-    return (f"one process, contenders interleaved after {warm_up_calls} warm-up calls each; {rounds} rounds of "
-            f"{calls} timed calls each in rotating order; the median of the round medians, spread = lowest-highest "
-            "round median")
+    return (f"one process, backward on the calling thread, contenders interleaved after {warm_up_calls} warm-up "
+            f"calls each; {rounds} rounds of {calls} timed calls each in rotating order; the median of the round "
+            "medians, spread = lowest-highest round median")
 
 
 METHOD = describe_method()

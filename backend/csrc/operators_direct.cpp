@@ -22,8 +22,12 @@
 #include <ATen/native/ReduceOps.h>
 #include <ATen/native/TensorCompare.h>
 #include <ATen/native/UnaryOps.h>
+#include <ATen/ops/_log_softmax_native.h>
+#include <ATen/ops/_softmax_native.h>
 #include <ATen/ops/add_native.h>
+#include <ATen/ops/addmm_native.h>
 #include <ATen/ops/amax_native.h>
+#include <ATen/ops/bmm_native.h>
 #include <ATen/ops/clamp_max_native.h>
 #include <ATen/ops/clamp_min_native.h>
 #include <ATen/ops/div_native.h>
@@ -38,10 +42,11 @@
 #include <ATen/ops/maximum_native.h>
 #include <ATen/ops/mean_native.h>
 #include <ATen/ops/minimum_native.h>
+#include <ATen/ops/mm_native.h>
 #include <ATen/ops/mul_native.h>
 #include <ATen/ops/ne_native.h>
-#include <ATen/ops/relu_native.h>
 #include <ATen/ops/neg_native.h>
+#include <ATen/ops/relu_native.h>
 #include <ATen/ops/rsqrt_native.h>
 #include <ATen/ops/sigmoid_backward_native.h>
 #include <ATen/ops/sigmoid_native.h>
@@ -50,8 +55,8 @@
 #include <ATen/ops/sum_native.h>
 #include <ATen/ops/tanh_backward_native.h>
 #include <ATen/ops/tanh_native.h>
-#include <ATen/ops/where_native.h>
 #include <ATen/ops/threshold_backward_native.h>
+#include <ATen/ops/where_native.h>
 #include <c10/core/DynamicCast.h>
 #include <c10/util/ApproximateClock.h>
 
@@ -349,19 +354,35 @@ struct DirectInPlace {
 };
 
 // A structured kernel whose impl() takes another path on the CPU than on other devices (`mean` sums
-// and divides on the CPU only; `sum` accumulates half precision in a float buffer on the CPU only): meta() runs on the sim tensors, impl() on their host views.
+// and divides on the CPU only; `sum` accumulates half precision in a float buffer on the CPU only), or
+// is the CPU's own impl() (`structured_mm_out_cpu`, which calls the host's BLAS or oneDNN on CPU tensors): meta() runs on the sim tensors, impl() on their host views.
 template <class T>
 const T& host_argument(const T& value) {
   return value;
 }
 at::Tensor host_argument(const at::Tensor& t) { return host_view(t); }
 
+template <class T>
+bool agrees(const T&, std::optional<c10::Device>&) {
+  return true;
+}
+bool agrees(const at::Tensor& t, std::optional<c10::Device>& device) {
+  if (!device) device = t.device();
+  return t.device() == *device;
+}
+// Every tensor on one sim device: a meta() that does not build a TensorIterator checks no devices.
+template <class... Args>
+bool on_one_sim_device(const Args&... args) {
+  std::optional<c10::Device> device;
+  return (on_sim(args) && ...) && (agrees(args, device) && ...);
+}
+
 template <class Kernel, class... Args>
 struct DirectHostImpl {
   static inline std::optional<Registered> registered;
 
   static at::Tensor call(Args... args) {
-    if (any_capture() || !(on_sim(args) && ...)) return on_host_route(*registered, args...);
+    if (any_capture() || !on_one_sim_device(args...)) return on_host_route(*registered, args...);
     Functional<Kernel> kernel;
     kernel.meta(args...);
     KernelRecord record{*registered, kernel.output.device()};
@@ -487,6 +508,11 @@ std::vector<std::string> install_direct_kernels() {
   install<DirectNative<&native::relu_, at::Tensor&, at::Tensor&>>(m, "relu_");
   install<DirectHostImpl<native::structured_sum_out, Tensor, at::OptionalIntArrayRef, bool,
                          std::optional<c10::ScalarType>>>(m, "sum.dim_IntList");
+  install<DirectHostImpl<native::structured_mm_out_cpu, Tensor, Tensor>>(m, "mm");
+  install<DirectHostImpl<native::structured_bmm_out_cpu, Tensor, Tensor>>(m, "bmm");
+  install<DirectHostImpl<native::structured_addmm_out_cpu, Tensor, Tensor, Tensor, Scalar, Scalar>>(m, "addmm");
+  install<DirectHostImpl<native::structured_softmax_cpu_out, Tensor, int64_t, bool>>(m, "_softmax");
+  install<DirectHostImpl<native::structured_log_softmax_cpu_out, Tensor, int64_t, bool>>(m, "_log_softmax");
   install<DirectHostImpl<native::structured_mean_out, Tensor, at::OptionalIntArrayRef, bool,
                          std::optional<c10::ScalarType>>>(m, "mean.dim");
   SIM_HOST_LOOP(fill_stub);

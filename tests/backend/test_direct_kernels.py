@@ -236,6 +236,11 @@ COVERAGE: dict[str, Coverage] = {
     "mean.dim": Coverage("mean", plain, lambda a, b, c: a.mean(-1), binary=False),
     "amax": Coverage("amax", plain, lambda a, b, c: a.amax(-1), binary=False),
     "fill_.Scalar": Coverage("fill", inplace, lambda a, b, c: a.fill_(0.5), binary=False),
+    "mm": Coverage("mm", plain, lambda a, b, c: torch.mm(a, b.t())),
+    "bmm": Coverage("bmm", plain, lambda a, b, c: torch.bmm(a.unsqueeze(0), b.t().unsqueeze(0))),
+    "addmm": Coverage("addmm", plain, lambda a, b, c: torch.addmm(a[:, :1], a, b.t())),
+    "_softmax": Coverage("softmax", plain, lambda a, b, c: torch.softmax(a, -1), binary=False),
+    "_log_softmax": Coverage("log_softmax", plain, lambda a, b, c: torch.log_softmax(a, -1), binary=False),
 }
 IN_PLACE = {"add_.Tensor", "sub_.Tensor", "mul_.Tensor", "div_.Tensor", "relu_", "clamp_min_", "fill_.Scalar"}  # self first
 COVERED = [name for name in DIRECT if name in COVERAGE]

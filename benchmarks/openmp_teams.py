@@ -1,0 +1,116 @@
+"""What a second OpenMP team costs every device in the process, and why the benchmarks run backward on the caller.
+
+PyTorch runs a device's backward pass on autograd's device thread. sim's kernels there are host kernels, so that
+thread starts an OpenMP team of its own beside the main thread's. While two teams live on a 2-core machine, libgomp
+manages more threads than there are cores and stops letting its workers spin between parallel regions, so every
+parallel region of every device pays a wake-up. The first table shows it with no sim at all: the CPU's LSTM step,
+first alone, then while a plain thread owns a second team. The second shows sim's own step with its backward on
+autograd's device thread (PyTorch's default) and on the calling thread (`torch.autograd.set_multithreading_enabled`).
+
+Timed another way than the one method, and says so: a team, once started, stays while its thread lives, so the two
+states of a row cannot take turns. Each of ROUNDS fresh processes times the first state, then the second (the
+median of CALLS calls each, after WARM_UP calls); a figure is the median over the processes, with their spread.
+Run: `make benchmark` (or `python benchmarks/openmp_teams.py` in the project's virtualenv).
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from typing import Callable
+
+ROUNDS, CALLS, WARM_UP = 5, 30, 5
+
+
+def lstm_training_step(device: str) -> Callable[[], object]:
+    """One AdamW step of a 2-layer nn.LSTM (batch 8, 20 steps, width 32 -> 64)."""
+    import torch
+
+    torch.manual_seed(0)
+    layers = torch.nn.LSTM(32, 64, num_layers=2).to(device)
+    optimizer = torch.optim.AdamW(layers.parameters())
+    inputs = torch.randn(20, 8, 32).to(device)
+
+    def run() -> object:
+        optimizer.zero_grad()
+        outputs, _ = layers(inputs)
+        outputs.sum().backward()
+        optimizer.step()
+        return outputs
+
+    return run
+
+
+def median_milliseconds(work: Callable[[], object]) -> float:
+    for _ in range(WARM_UP):
+        work()
+    timings = []
+    for _ in range(CALLS):
+        started = time.perf_counter()
+        work()
+        timings.append(time.perf_counter() - started)
+    return statistics.median(timings) * 1e3
+
+
+def start_a_second_team() -> None:
+    """A thread that runs one parallel host kernel (which starts its OpenMP team) and then stays alive."""
+    import torch
+
+    started = threading.Event()
+
+    def own_a_team() -> None:
+        torch.randn(4_000_000).exp().sum()
+        started.set()
+        threading.Event().wait()
+
+    threading.Thread(target=own_a_team, daemon=True).start()
+    started.wait()
+
+
+def measure(row: str) -> tuple[float, float]:
+    """The row's two states, in this process: (first state, second state) in milliseconds."""
+    import torch
+
+    if row == "cpu":
+        step = lstm_training_step("cpu")
+        alone = median_milliseconds(step)
+        start_a_second_team()
+        return alone, median_milliseconds(step)
+    step = lstm_training_step("sim")
+    torch.autograd.set_multithreading_enabled(False)
+    on_the_caller = median_milliseconds(step)
+    torch.autograd.set_multithreading_enabled(True)
+    return on_the_caller, median_milliseconds(step)
+
+
+def spread(values: list[float]) -> str:
+    """`2.39 (2.22-2.40)`: the median over the processes and their lowest and highest."""
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def main() -> int:
+    rows = {"cpu": ("the CPU's LSTM step", "one OpenMP team", "while a second thread owns a team"),
+            "sim": ("sim's LSTM step", "backward on the calling thread", "backward on autograd's device thread")}
+    print(f"{ROUNDS} fresh processes per row; in each, the median of {CALLS} calls per state after {WARM_UP} "
+          "warm-up calls; a figure is the median over the processes (lowest-highest)\n")
+    print("| workload | first state | ms | second state | ms | second / first |")
+    print("| --- | --- | ---: | --- | ---: | ---: |")
+    for row, (label, first_state, second_state) in rows.items():
+        pairs = []
+        for _ in range(ROUNDS):
+            done = subprocess.run([sys.executable, __file__, row], capture_output=True, text=True, check=True)
+            pairs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        first, second = [p[0] for p in pairs], [p[1] for p in pairs]
+        print(f"| {label} | {first_state} | {spread(first)} | {second_state} | {spread(second)} | "
+              f"{statistics.median(second) / statistics.median(first):.1f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 2:
+        print(json.dumps(measure(sys.argv[1])))
+        raise SystemExit(0)
+    raise SystemExit(main())

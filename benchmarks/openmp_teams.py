@@ -19,8 +19,9 @@ import statistics
 import subprocess
 import sys
 import threading
-import time
 from typing import Callable
+
+from timing import median_seconds
 
 ROUNDS, CALLS, WARM_UP = 5, 30, 5
 
@@ -47,12 +48,7 @@ def lstm_training_step(device: str) -> Callable[[], object]:
 def median_milliseconds(work: Callable[[], object]) -> float:
     for _ in range(WARM_UP):
         work()
-    timings = []
-    for _ in range(CALLS):
-        started = time.perf_counter()
-        work()
-        timings.append(time.perf_counter() - started)
-    return statistics.median(timings) * 1e3
+    return median_seconds(work, repeats=CALLS) * 1e3
 
 
 def start_a_second_team() -> None:

@@ -50,6 +50,16 @@ def settled_memory():
     gc.enable()
 
 
+@pytest.fixture
+def small_device_one():
+    """Device 1 with a 1 MiB capacity, restored afterwards."""
+    original = torch.sim.get_memory_capacity(1)
+    torch.sim.empty_cache()
+    torch.sim.set_memory_capacity(1 << 20, device=1)
+    yield
+    torch.sim.set_memory_capacity(original, device=1)
+
+
 def run_python(code: str, timeout: float = 180, cwd=None, **environment: str) -> subprocess.CompletedProcess:
     """Run `code` in a fresh interpreter with extra environment variables; never raises on failure."""
     env = {**os.environ, "SIM_FALLBACK": "silent", **environment}

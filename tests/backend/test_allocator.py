@@ -9,16 +9,6 @@ from tests.conftest import run_python
 pytestmark = pytest.mark.usefixtures("settled_memory")
 
 
-@pytest.fixture
-def small_device_one():
-    """Device 1 with a 1 MiB capacity, restored afterwards."""
-    original = torch.sim.get_memory_capacity(1)
-    torch.sim.empty_cache()
-    torch.sim.set_memory_capacity(1 << 20, device=1)
-    yield
-    torch.sim.set_memory_capacity(original, device=1)
-
-
 def test_allocated_follows_live_tensors():
     baseline = torch.sim.memory_allocated(0)
     x = torch.empty(1000, dtype=torch.float32, device="sim")

@@ -661,16 +661,6 @@ def test_where_with_a_python_scalar_records_one_kernel_per_call():
 
 
 # ----------------------------------------------------------------------------------------- 8. out of memory
-@pytest.fixture
-def small_device_one():
-    """Device 1 with a 1 MiB capacity, restored afterwards."""
-    original = torch.sim.get_memory_capacity(1)
-    torch.sim.empty_cache()
-    torch.sim.set_memory_capacity(1 << 20, device=1)
-    yield
-    torch.sim.set_memory_capacity(original, device=1)
-
-
 @pytest.mark.usefixtures("settled_memory", "small_device_one")
 @pytest.mark.parametrize("call", [lambda a, b: a * b, lambda a, b: a + b, lambda a, b: a > b,
                                   lambda a, b: a.sum(0, keepdim=True).expand_as(a) + b,

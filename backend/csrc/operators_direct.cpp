@@ -106,11 +106,12 @@ void install_host_loops() {
   SIM_HOST_LOOP(le_stub);
   SIM_HOST_LOOP(gt_stub);
   SIM_HOST_LOOP(ge_stub);
-  SIM_HOST_LOOP(sum_stub);
   SIM_HOST_LOOP(max_values_stub);
   SIM_HOST_LOOP(threshold_stub);
   SIM_HOST_LOOP(tanh_backward_stub);
   SIM_HOST_LOOP(sigmoid_backward_stub);
+  SIM_HOST_LOOP(fill_stub);
+  SIM_HOST_LOOP(where_kernel);
 }
 
 // ---------------------------------------------------------------- outputs
@@ -515,10 +516,8 @@ std::vector<std::string> install_direct_kernels() {
   install<DirectHostImpl<native::structured_log_softmax_cpu_out, Tensor, int64_t, bool>>(m, "_log_softmax");
   install<DirectHostImpl<native::structured_mean_out, Tensor, at::OptionalIntArrayRef, bool,
                          std::optional<c10::ScalarType>>>(m, "mean.dim");
-  SIM_HOST_LOOP(fill_stub);
   install<DirectNative<static_cast<at::Tensor& (*)(at::Tensor&, Scalar)>(&native::fill_), at::Tensor&, at::Tensor&,
                        Scalar>>(m, "fill_.Scalar");
-  SIM_HOST_LOOP(where_kernel);
   constexpr at::Tensor (*where_of_tensors)(Tensor, Tensor, Tensor) = &native::where;
   install<DirectNative<where_of_tensors, at::Tensor, Tensor, Tensor, Tensor>>(m, "where.self");
   install<DirectNative<&native::where_self_out, at::Tensor&, Tensor, Tensor, Tensor, at::Tensor&>>(

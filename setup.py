@@ -1,6 +1,6 @@
 """Builds the two compiled parts at install time, as vendor extensions do.
 
-`torch_sim._C` is sim's C++ runtime core (every file in backend/csrc/) and
+`torch_sim._C` is sim's C++ runtime core (every file in backend/torch_sim/csrc/) and
 `pu1_explorer._native` is the explorer's small helper. Both compile against the torch
 they will run with, so install with `pip install --no-build-isolation .` (or `-e .`)
 after torch itself; `import torch` never compiles anything.
@@ -105,11 +105,11 @@ def extension(name: str, folder: str) -> list[CppExtension]:
     sources = sorted(str(path.relative_to(ROOT)) for path in (ROOT / folder).glob("*.cpp"))
     if not sources:
         return []
-    # kineto's headers (the activity-profiler interface of backend/csrc/profiler.cpp) sit beside torch's.
+    # kineto's headers (the activity-profiler interface of backend/torch_sim/csrc/profiler.cpp) sit beside torch's.
     kineto = [str(Path(path) / "kineto") for path in include_paths() if (Path(path) / "kineto").is_dir()]
     # -g0: Python's flags ask for debug information, which nearly doubles the compile and makes objects 50x larger.
     # The prefix map keeps __FILE__ (the file:line torch shows for a registration or an error) relative to the
-    # project, "backend/csrc/...", also when ccache has made the sources' paths relative to the build folder.
+    # project, "backend/torch_sim/csrc/...", also when ccache has made the sources' paths relative to the build folder.
     from_build_folder = os.path.relpath(ROOT.resolve(), BUILD_FOLDER) + "/"
     flags = ["-O2", "-g0", f"-fmacro-prefix-map={from_build_folder}="]
     # torch's x86-64 builds carry AVX2 and AVX-512 kernels for each DispatchStub; with the same definitions,
@@ -121,6 +121,7 @@ def extension(name: str, folder: str) -> list[CppExtension]:
 
 if __name__ == "__main__":
     setup(
-        ext_modules=extension("torch_sim._C", "backend/csrc") + extension("pu1_explorer._native", "explorer/csrc"),
+        ext_modules=(extension("torch_sim._C", "backend/torch_sim/csrc")
+                     + extension("pu1_explorer._native", "explorer/pu1_explorer/csrc")),
         cmdclass={"build_ext": BuildCore.with_options(use_ninja=True)},
     )

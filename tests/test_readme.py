@@ -22,13 +22,13 @@ def test_the_quick_start_has_the_two_commands_and_ci_runs_the_second():
 
 
 def test_the_steps_table_is_the_guide_and_names_files_that_exist():
-    rows = re.findall(r"^\| +(\d+) \| `(\w+)` \|.*\| `(backend/\w+\.py)` \| (`backend/csrc/\w+\.cpp`|—) \|$", README,
+    rows = re.findall(r"^\| +(\d+) \| `(\w+)` \|.*\| `(\w+\.py)` \| ((?:`\w+\.(?:cpp|h)`(?:, )?)+|—) \|$", README,
                       re.MULTILINE)
     assert [(int(number), name) for number, name, _, _ in rows] == [(step.number, step.name) for step in GUIDE]
     for (_, name, module, cpp), step in zip(rows, GUIDE):
-        assert (PROJECT / module).is_file() and module == f"backend/{name}.py"
-        shown_cpp = cpp.strip("`") if cpp != "—" else None
-        assert shown_cpp == (f"backend/csrc/{name}.cpp" if step.cpp_path else None)
+        assert (PROJECT / "backend" / "torch_sim" / module).is_file() and module == f"{name}.py"
+        shown_cpp = tuple(re.findall(r"`([^`]+)`", cpp))
+        assert shown_cpp == step.cpp, f"the README's row of step {step.number} lists {shown_cpp}, its record {step.cpp}"
 
 
 def test_every_command_line_in_the_readme_parses():

@@ -17,7 +17,8 @@ from tests.toy_backend import first_error, newest_mtime
 DEVICE = "mydev"
 ROOT = Path(__file__).resolve().parents[1]
 SETUP_BUILD = ROOT / "build" / f"{DEVICE}-backend"  # where `make setup` installs it
-TEMPLATE_INPUTS = (ROOT / "explorer" / "vendor_template", ROOT / "explorer" / "new_backend.py")
+TEMPLATE_INPUTS = (ROOT / "explorer" / "pu1_explorer" / "vendor_template",
+                   ROOT / "explorer" / "pu1_explorer" / "new_backend.py")
 
 
 class VendorBuildError(RuntimeError):

@@ -5,8 +5,8 @@ template that has imported torch, see pu1_docs.forked_kernel; with a time limit 
 docs/notebooks/, in static mode (EXPLORER_STATIC=1) so that widgets leave kernel-free HTML, or
 taken from the cache of executed notebooks (pu1_docs.notebook_cache) when neither it nor what it
 imports changed. The build fails on a cell error, on a warning that a cell did not declare (tag
-`warnings-expected`), and on an output the HTML page would lose (a figure or widget with no HTML
-form). Two notebooks run at a time, the slowest first; mkdocs-jupyter renders the pages and keeps
+`warnings-expected`), on a line a C++ library logged to a cell's stderr, and on an output the HTML
+page would lose (a figure or widget with no HTML form). Two notebooks run at a time, the slowest first; mkdocs-jupyter renders the pages and keeps
 them in its own cache (its `cache` options), beside ours. The landing page's pictures and the guide's map are the
 output of programs (pu1_docs.page_program) that run beside the notebooks. After the build, plotly.js is copied
 from the plotly package into the site, and every page is checked for scripts loaded from the
@@ -49,8 +49,36 @@ NOTEBOOK_INPUTS = {"backend": SOURCES, "explorer": SOURCES, "examples": SOURCES,
 NOTEBOOKS = NotebookCache(CACHE, ROOT, NOTEBOOK_INPUTS)
 
 
+# A line a C++ library logged: the source file and line, then "] " (glog's and c10's "[W1127 00:30:40.123 x.cpp:52] ",
+# kineto's "USDT:2026-11-27 00:30:40 25339:25339 SyncActivityProfilerHandler.cpp:52] profiler_start"), or the
+# prefix those loggers start a line with (a severity letter or kineto's severity name, then the date or time).
+_LOG_LINE = re.compile(r"[\w.-]+\.(?:cpp|cc|cxx|cu|c|h|hpp):\d+\] "
+                       r"|^\[?[IWEF]\d{4} \d\d:\d\d:\d\d"
+                       r"|^(?:VERBOSE|INFO|WARNING|STAGE|ERROR|USDT):\d{4}-\d\d-\d\d ")
+_STDERR_OUTPUT = re.compile(r'data-mime-type="application/vnd\.jupyter\.stderr"[^>]*>\s*<pre>(.*?)</pre>', re.DOTALL)
+
+
+def log_lines(text: str) -> list[str]:
+    """The lines of `text` (what a cell wrote to stderr) that a C++ library logged: noise to a reader, who did not
+    ask for the library's logs."""
+    return [line.strip() for line in text.splitlines() if _LOG_LINE.search(line.strip())]
+
+
+def pages_with_log_lines(site: Path) -> list[str]:
+    """The log lines the built pages show in a cell's stderr output: '<page>: <line>' for each."""
+    import html
+
+    found = []
+    for page in sorted(site.rglob("*.html")):
+        for output in _STDERR_OUTPUT.findall(page.read_text(errors="replace")):
+            text = html.unescape(re.sub(r"<[^>]+>", "", output))
+            found += [f"{page.relative_to(site)}: {line}" for line in log_lines(text)]
+    return found
+
+
 def check_outputs(name: str, notebook: nbformat.NotebookNode) -> list[str]:
-    """Problems the page would hide: lost figures or widgets, and undeclared warnings."""
+    """Problems the page would hide or should not show: lost figures or widgets, undeclared warnings, and lines a
+    C++ library logged."""
     problems = []
     for number, cell in enumerate(notebook.cells, start=1):
         if cell.cell_type != "code":
@@ -61,6 +89,8 @@ def check_outputs(name: str, notebook: nbformat.NotebookNode) -> list[str]:
                 if "Warning" in output.get("text", "") and "warnings-expected" not in tags:
                     first = next(line for line in output["text"].splitlines() if "Warning" in line)
                     problems.append(f"{name}, cell {number}: an undeclared warning: {first.strip()}")
+                problems += [f"{name}, cell {number}: a library's log line: {line}"
+                             for line in log_lines(output.get("text", ""))]
             data = output.get("data")
             if data and not (set(data) & (HTML_MIMES - {"text/plain"})) and set(data) - {"text/plain"}:
                 problems.append(f"{name}, cell {number}: an output the page cannot show ({', '.join(sorted(data))})")

@@ -1,126 +1,149 @@
-"""Device-generic tests: PyTorch's OpInfo database run on `sim` against the CPU, bit for bit.
+"""PyTorch's device-generic OpInfo tests on sim, made the way a vendor's backend makes them.
 
-A vendor copies this module and points `config` (below) at its own configuration module, which has
-the shape of torch_sim.device_generic; `pytest examples/device_generic/test_sim_opinfo.py` runs it, and
-tests/backend/test_device_generic.py runs it in the project's test suite.
+The module has the shape of the one `pu1-explorer new` generates (a backend's tests/test_device_generic.py): a generic
+class named after test/test_ops.py's, `TestCommon`, whose `@ops` tests `instantiate_device_type_tests` turns into
+`TestCommonSIM` for sim. Which OpInfos get tests, and which tests are skipped, expected to fail or compared at
+a tolerance, come from a `device_tests.json` that `pu1_explorer.conformance.device_tests.configure` sets on torch's
+PrivateUse1TestBase before the tests are made: sim's own, `torch_sim/device_tests.json`, which lists sim's known gaps,
+each with its reason. An expected failure that starts passing reports an unexpected success: then its entry must go.
+`pytest examples/device_generic/test_sim_opinfo.py` runs it; tests/backend/test_device_generic.py runs it in the
+project's test suite.
 
-sim runs the host's kernels on device memory, so wherever the CPU is deterministic
-sim's results must be bit-identical to the CPU's. Three tests per OpInfo:
+The default run narrows the file's op_allowlist to `DEFAULT_SUBSET` (about 130 common OpInfos); SIM_FULL_OPINFO=1
+(`make test-full`) keeps the file's, every OpInfo.
 
-- forward: every sample input (made on sim, the way PyTorch's own device-generic
-  tests make them) runs once on sim and once on CPU copies of the same inputs (same
-  storage, strides and offset), for each of float32, float64, bfloat16, float16,
-  int64, bool and complex64 the OpInfo supports. Outputs, and the inputs afterwards
-  (in case the op wrote into them), must be equal with zero tolerance (NaN equal to
-  NaN, same dtypes), and on the sim device the inputs were on;
-- backward (float64, OpInfos that support autograd): the gradients of every sample
-  with respect to every input that requires grad, for the same random output
-  gradients, must be equal with zero tolerance;
-- error_inputs: every bad-input case the OpInfo lists must raise on sim the error
-  type and message the OpInfo expects, as the CPU does.
+sim runs the host's kernels on device memory, so its tests are stricter than the template's: wherever the CPU is
+deterministic, sim's results must be the CPU's bit for bit (the test's `precision` and `rel_tol`, zero unless the
+configuration sets a tolerance):
 
-Both runs of a sample start from the same seed: sim's device generator draws the same
-stream as the CPU generator, so random ops are compared by value too.
+- test_compare_cpu: every sample input, made on sim the way PyTorch's tests make them, runs on sim and on CPU copies
+  of the same inputs (same storage, strides and offset) in each of seven dtypes the OpInfo supports; the outputs,
+  and the inputs afterwards, must be equal (NaN equal to NaN, same dtypes) and the outputs on the sample's device;
+- test_compare_cpu_backward (float64, OpInfos that support autograd): the gradients of every sample for the same
+  random output gradients;
+- test_errors: every bad input the CPU refuses, sim refuses with the error the OpInfo names (and accepts what the
+  CPU accepts);
+- test_multiple_devices: an operator computes on the second device and its result stays there.
 
-Which OpInfos run:
-- by default, the configuration's op_allowlist (`DEFAULT_SUBSET`, about 130 common
-  ops: element-wise, reductions, linear algebra basics, nn.functional, indexing,
-  views, random);
-- every OpInfo when SIM_FULL_OPINFO=1 (`make test-full`), and in the report
-  (`python -m torch_sim.device_generic_report`).
-The selection is the op list given to `@ops`, so the default run has no skips for
-the ops it leaves out. SIM_OPINFO_DEVICE=sim:1 makes the samples on sim:1 while
-sim:0 stays the current device.
-
-Every exception, a skip, an expected failure or a comparison at a tolerance, is in
-ONE place with its reason: the configuration module (torch_sim.device_generic). The decorators that
-PyTorch's OpInfo entries carry for its own test classes (CUDA tolerances, skips of
-tests in test_ops.py) do not apply here: each OpInfo runs with its decorators
-stripped.
+Both runs of a sample start from the same seed: sim's device generator draws the same stream as the CPU's, so random
+ops are compared by value too. The decorators PyTorch's OpInfo entries carry for its own test classes (CUDA
+tolerances, skips) are stripped, so that every exclusion is one sim's configuration lists.
 """
 from __future__ import annotations
 
 import copy
+import importlib.resources
+import json
 import os
 import re
-import unittest
 
 import torch
-from torch.testing._internal.common_device_type import OpDTypes, instantiate_device_type_tests, ops
+from torch.testing._internal.common_device_type import (
+    OpDTypes, PrivateUse1TestBase, instantiate_device_type_tests, ops,
+)
 from torch.testing._internal.common_methods_invocations import op_db
 from torch.testing._internal.common_utils import TestCase, suppress_warnings
-from torch.testing._internal.opinfo.core import DecorateInfo
 from torch.utils import _pytree as pytree
 
-from torch_sim import device_generic as config
+from pu1_explorer.conformance.device_tests import configure
 
+DEVICE = "sim"
+SIM_DEVICE_TESTS = importlib.resources.files("torch_sim") / "device_tests.json"
 FULL_SWEEP = os.environ.get("SIM_FULL_OPINFO") == "1"
-# The samples go to the current sim device unless SIM_OPINFO_DEVICE names another
-# (e.g. sim:1, to run everything away from the current device).
-DEVICE = os.environ.get("SIM_OPINFO_DEVICE") or None
 SEED = 1234
-FORWARD_DTYPES = tuple(getattr(torch, name) for name in config.FORWARD_DTYPES)
-BACKWARD_DTYPE = getattr(torch, config.BACKWARD_DTYPE)
+FORWARD_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.bool,
+                  torch.complex64)
+BACKWARD_DTYPE = torch.float64
+TESTS = ("test_compare_cpu", "test_compare_cpu_backward", "test_errors", "test_multiple_devices")
+
+# The default run's op_allowlist: OpInfo full names, grouped by kind.
+DEFAULT_SUBSET: tuple[str, ...] = (
+    # element-wise, unary
+    "abs", "neg", "exp", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "erf",
+    "floor", "round", "sign", "reciprocal", "nan_to_num", "clamp", "special.erfcx",
+    # element-wise, binary and ternary
+    "add", "sub", "mul", "div.no_rounding_mode", "div.floor_rounding", "pow", "maximum", "minimum",
+    "fmod", "remainder", "atan2", "eq", "lt", "ge", "where", "lerp", "addcmul", "addcdiv", "logaddexp",
+    "isclose",
+    # reductions and scans
+    "sum", "mean", "prod", "amax", "amin", "max.reduction_with_dim", "argmax", "std", "var", "norm",
+    "logsumexp", "cumsum", "sort", "topk", "median", "all", "any", "count_nonzero",
+    # linear algebra
+    "mm", "bmm", "matmul", "addmm", "addmv", "baddbmm", "einsum", "linalg.vector_norm", "linalg.inv",
+    "linalg.solve", "linalg.qr", "linalg.cholesky", "linalg.lstsq", "tensordot", "outer", "addr",
+    # nn.functional
+    "nn.functional.linear", "nn.functional.conv2d", "nn.functional.conv1d", "nn.functional.relu",
+    "nn.functional.gelu", "nn.functional.silu", "nn.functional.mish", "softmax", "log_softmax",
+    "nn.functional.layer_norm", "nn.functional.batch_norm", "nn.functional.group_norm",
+    "nn.functional.embedding", "nn.functional.dropout", "nn.functional.cross_entropy",
+    "nn.functional.linear_cross_entropy.chunked",
+    "nn.functional.nll_loss", "nn.functional.mse_loss", "nn.functional.max_pool2d",
+    "nn.functional.avg_pool2d", "nn.functional.adaptive_avg_pool2d", "nn.functional.interpolate.bilinear",
+    "nn.functional.pad.constant", "nn.functional.scaled_dot_product_attention",
+    # indexing, scatter/gather, masking
+    "index_select", "gather", "scatter", "scatter_add", "index_add", "index_put", "masked_fill",
+    "masked_select", "take_along_dim", "__getitem__", "nonzero", "tril",
+    # views, shapes and creation
+    "view", "reshape", "permute", "transpose", "expand", "squeeze", "unsqueeze", "flatten", "narrow",
+    "cat", "stack", "split", "chunk", "flip", "roll", "repeat", "contiguous", "as_strided", "unfold",
+    "zeros_like", "full_like", "arange", "linspace", "clone",
+    # random
+    "bernoulli", "normal", "randn_like",
+)
+
+
+def sim_device_tests(full: bool = FULL_SWEEP) -> dict:
+    """sim's configuration, its op_allowlist narrowed to `DEFAULT_SUBSET` unless `full`."""
+    data = json.loads(SIM_DEVICE_TESTS.read_text())
+    if not full:
+        allowed = data["op_allowlist"]
+        data["op_allowlist"] = [name for name in DEFAULT_SUBSET if allowed is None or name in allowed]
+    return data
+
+
+configure(sim_device_tests())  # before instantiate_device_type_tests, which reads it
+
+
+def allowed(op) -> bool:
+    """Whether the configuration lets `op` have tests (torch applies the same allowlist when it makes them)."""
+    return PrivateUse1TestBase.op_allowlist is None or op.full_name in PrivateUse1TestBase.op_allowlist
+
+
+def without_pytorchs_decorators(op):
+    """A copy of an OpInfo without the skips, expected failures and tolerances PyTorch declares for its own tests."""
+    op = copy.copy(op)
+    op.decorators, op.skips = (), ()
+    return op
+
+
+def lists_error_inputs(op) -> bool:
+    """Whether `op` lists a bad input for sim: some list them for CUDA only, and a test with nothing to compare is
+    not made."""
+    try:
+        return next(iter(op.error_inputs(DEVICE)), None) is not None
+    except Exception:  # noqa: BLE001 - the test made for the op reports the error
+        return True
 
 
 def _supports_any(op, dtypes) -> bool:
     return bool(set(dtypes) & set(op.supported_dtypes("cpu")))
 
 
-def _decorated(op):
-    """A copy of `op` with PyTorch's own decorators stripped and our exceptions (if any) applied."""
-    op = copy.copy(op)
-    op.skips = ()
-    gap = config.GAPS.get(op.full_name)
-    decorators = []
-    for test in config.TESTS:
-        entries = [(None, gap)] if gap else []
-        entries += [(dtype, reason) for (name, where, dtype), reason in config.EXCEPTIONS.items()
-                    if name == op.full_name and where == test]
-        for dtype, reason in entries:
-            kind = config.exception_kind(reason)
-            if kind == "tolerance":
-                continue  # handled inside the test
-            decorator = unittest.skip(reason) if kind == "skip" else unittest.expectedFailure
-            dtypes = None if dtype is None else (getattr(torch, dtype),)
-            decorators.append(DecorateInfo(decorator, config.TEST_CLASS, f"test_{test}", dtypes=dtypes))
-    op.decorators = tuple(decorators)
-    return op
-
-
-def _lists_error_inputs(op) -> bool:
-    """Whether `op` lists a bad input for the device the tests run on: some list them for CUDA only, and a test
-    with nothing to compare is not made."""
-    try:
-        return next(iter(op.error_inputs(DEVICE or "sim")), None) is not None
-    except Exception:  # noqa: BLE001 - the test made for the op reports the error
-        return True
-
-
-def selected_ops(test: str, full: bool = FULL_SWEEP) -> list:
-    """The OpInfos `test` ("forward", "backward" or "error_inputs") runs, decorated with their exceptions."""
-    if test == "forward":
-        chosen = [op for op in op_db if _supports_any(op, FORWARD_DTYPES)]
-    elif test == "backward":
-        chosen = [op for op in op_db if op.supports_autograd and _supports_any(op, (BACKWARD_DTYPE,))]
-    else:
-        chosen = [op for op in op_db if op.error_inputs_func is not None]
-    allowlist = config.op_allowlist(full)
-    if allowlist is not None:
-        wanted = set(allowlist)
-        chosen = [op for op in chosen if op.full_name in wanted]
-    if test == "error_inputs":  # after the allowlist: making every OpInfo's bad inputs takes seconds
-        chosen = [op for op in chosen if _lists_error_inputs(op)]
-    return [_decorated(op) for op in chosen]
+FORWARD_OPS = [without_pytorchs_decorators(op) for op in op_db if _supports_any(op, FORWARD_DTYPES)]
+BACKWARD_OPS = [without_pytorchs_decorators(op) for op in op_db
+                if op.supports_autograd and _supports_any(op, (BACKWARD_DTYPE,))]
+# the allowlist first: making every OpInfo's bad inputs takes seconds
+ERROR_OPS = [without_pytorchs_decorators(op) for op in op_db
+             if op.error_inputs_func is not None and allowed(op) and lists_error_inputs(op)]
 
 
 def _to_cpu(value):
     """A CPU copy of a sim tensor with the same storage, sizes, strides, storage offset and requires_grad.
 
-    Copying the whole storage (not just the elements in view) keeps what a view can
-    reach: `as_strided` on a partial view reads elements outside it.
+    Copying the whole storage (not just the elements in view) keeps what a view can reach: `as_strided` on a
+    partial view reads elements outside it.
     """
-    if not isinstance(value, torch.Tensor) or value.device.type != "sim":
+    if not isinstance(value, torch.Tensor) or value.device.type != DEVICE:
         return value
     requires_grad = value.requires_grad
     value = value.detach()
@@ -133,9 +156,9 @@ def _to_cpu(value):
 
 def _device_to_cpu(value):
     """Factory-style samples name the device in their arguments: the CPU run gets "cpu" there."""
-    if isinstance(value, torch.device) and value.type == "sim":
+    if isinstance(value, torch.device) and value.type == DEVICE:
         return torch.device("cpu")
-    if isinstance(value, str) and (value == "sim" or value.startswith("sim:")):
+    if isinstance(value, str) and (value == DEVICE or value.startswith(f"{DEVICE}:")):
         return "cpu"
     return value
 
@@ -159,21 +182,18 @@ def _output_device(sample) -> torch.device | None:
     leaves = pytree.tree_leaves((sample.input, sample.args, sample.kwargs))
     if any(isinstance(v, (torch.device, str)) and str(v) == "cpu" for v in leaves):
         return None
-    return next((v.device for v in leaves if isinstance(v, torch.Tensor) and v.device.type == "sim"), None)
+    return next((v.device for v in leaves if isinstance(v, torch.Tensor) and v.device.type == DEVICE), None)
 
 
-def _compare(actual, expected, what: str, mode: str = "exact", device: torch.device | None = None) -> None:
-    """`actual` from the sim run against `expected` from the CPU run, leaf by leaf.
-
-    mode: "exact" (zero tolerance), "tolerance" (test_compare_cpu's) or "shapes"
-    (structure, shapes and dtypes only); device: where every tensor of `actual` must
-    be (None: anywhere).
-    """
+def compare(actual, expected, what: str, atol: float = 0.0, rtol: float = 0.0,
+            device: torch.device | None = None) -> None:
+    """`actual` from the sim run against `expected` from the CPU run, leaf by leaf, at a tolerance (zero: bit for
+    bit); device: where every tensor of `actual` must be (None: anywhere)."""
     actual_leaves, actual_spec = pytree.tree_flatten(actual)
     expected_leaves, expected_spec = pytree.tree_flatten(expected)
     if actual_spec != expected_spec:
         raise AssertionError(f"{what}: sim returned {actual_spec}, CPU {expected_spec}")
-    tolerance = config.TOLERANCE if mode == "tolerance" else 0.0
+    exactness = "bit for bit" if atol == rtol == 0 else f"atol {atol:g}, rtol {rtol:g}"
     for index, (a, e) in enumerate(zip(actual_leaves, expected_leaves)):
         where = f"{what}, value {index}"
         if not isinstance(e, torch.Tensor):
@@ -184,13 +204,8 @@ def _compare(actual, expected, what: str, mode: str = "exact", device: torch.dev
             raise AssertionError(f"{where}: sim gave a {type(a).__name__}, CPU a tensor")
         if device is not None and a.device != device:
             raise AssertionError(f"{where}: the sim run gave a tensor on {a.device}, expected {device}")
-        a = a.detach().to("cpu")
-        if mode == "shapes":
-            if (a.shape, a.dtype) != (e.shape, e.dtype):
-                raise AssertionError(f"{where}: sim gave {tuple(a.shape)} {a.dtype}, CPU {tuple(e.shape)} {e.dtype}")
-            continue
-        torch.testing.assert_close(a, e.detach(), atol=tolerance, rtol=tolerance, equal_nan=True,
-                                   msg=lambda m: f"{where} ({'bit for bit' if mode == 'exact' else mode}): {m}")
+        torch.testing.assert_close(a.detach().to("cpu"), e.detach(), atol=atol, rtol=rtol, equal_nan=True,
+                                   msg=lambda m: f"{where} ({exactness}): {m}")
 
 
 def _tensors_of(sample) -> list[torch.Tensor]:
@@ -204,22 +219,16 @@ def _run(op, sample):
     return sample.output_process_fn_grad(result)
 
 
-def _mode(op, test: str, dtype: torch.dtype | None) -> str:
-    """How strictly `test` compares `op`: "shapes", "tolerance" (an exception says why) or "exact"."""
-    return config.comparison_mode(op.full_name, test, None if dtype is None else str(dtype).removeprefix("torch."))
-
-
-def compare_forward(test: unittest.TestCase, device: str, dtype: torch.dtype, op) -> int:
-    """Runs every sample input of `op` on `device` and on CPU copies; returns the number of samples."""
-    mode = _mode(op, "forward", dtype)
+def compare_forward(test: TestCase, device: str, dtype: torch.dtype, op) -> int:
+    """Runs every sample input of `op` on `device` and on CPU copies at the test's tolerance; returns how many."""
     count = 0
     for index, sample in enumerate(op.sample_inputs(device, dtype)):
         cpu_sample = cpu_copy(sample)
         what = f"{op.full_name} {dtype} sample {index} ({sample.name or 'unnamed'})"
         sim_result = _run(op, sample)
         cpu_result = _run(op, cpu_sample)
-        _compare(sim_result, cpu_result, f"{what} output", mode, device=_output_device(sample))
-        _compare(_tensors_of(sample), _tensors_of(cpu_sample), f"{what} inputs", mode)
+        compare(sim_result, cpu_result, f"{what} output", test.precision, test.rel_tol, _output_device(sample))
+        compare(_tensors_of(sample), _tensors_of(cpu_sample), f"{what} inputs", test.precision, test.rel_tol)
         count += 1
     test.assertGreater(count, 0, f"{op.full_name} has no {dtype} sample inputs")
     return count
@@ -242,9 +251,8 @@ def _gradients(op, sample):
     return torch.autograd.grad(outputs, inputs, _output_gradients(outputs), allow_unused=True)
 
 
-def compare_backward(test: unittest.TestCase, device: str, dtype: torch.dtype, op) -> int:
+def compare_backward(test: TestCase, device: str, dtype: torch.dtype, op) -> int:
     """The gradients of every sample on `device` against those of CPU copies; returns how many samples had any."""
-    mode = _mode(op, "backward", dtype)
     count = 0
     for index, sample in enumerate(op.sample_inputs(device, dtype, requires_grad=True)):
         cpu_sample = cpu_copy(sample)
@@ -253,7 +261,7 @@ def compare_backward(test: unittest.TestCase, device: str, dtype: torch.dtype, o
         cpu_gradients = _gradients(op, cpu_sample)
         if sim_gradients is None and cpu_gradients is None:
             continue
-        _compare(sim_gradients, cpu_gradients, what, mode, device=_output_device(sample))
+        compare(sim_gradients, cpu_gradients, what, test.precision, test.rel_tol, _output_device(sample))
         count += 1
     test.assertGreater(count, 0, f"{op.full_name}: no {dtype} sample input has a gradient to compare")
     return count
@@ -267,12 +275,12 @@ def _raised_by(op, sample) -> Exception | None:
     return None
 
 
-def compare_error_inputs(test: unittest.TestCase, device: str, op) -> int:
+def compare_error_inputs(test: TestCase, device: str, op) -> int:
     """Every bad-input case of `op` that the CPU refuses, sim refuses with the error the OpInfo expects.
 
-    A few OpInfos list error inputs that no device refuses (PyTorch marks them expectedFailure on
-    every device); for those, sim must accept them just as the CPU does. Inputs that only exist off
-    the CPU (a tensor on each device) must always be refused. Returns how many ran.
+    A few OpInfos list error inputs that no device refuses (PyTorch marks them expectedFailure on every device);
+    for those, sim must accept them just as the CPU does. Inputs that only exist off the CPU (a tensor on each
+    device) must always be refused. Returns how many ran.
     """
     count = 0
     cpu_errors = list(op.error_inputs("cpu"))
@@ -292,27 +300,37 @@ def compare_error_inputs(test: unittest.TestCase, device: str, op) -> int:
     return count
 
 
-class TestSimOpInfo(TestCase):
+class TestCommon(TestCase):
+    """Named after test/test_ops.py's class, so that the configuration's overrides and exclusions apply to it."""
+
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
         torch.sim.set_fallback_policy("silent")
 
     @suppress_warnings
-    @ops(selected_ops("forward"), allowed_dtypes=FORWARD_DTYPES)
-    def test_forward(self, device, dtype, op):
-        compare_forward(self, DEVICE or device, dtype, op)
+    @ops(FORWARD_OPS, allowed_dtypes=FORWARD_DTYPES)
+    def test_compare_cpu(self, device, dtype, op):
+        compare_forward(self, device, dtype, op)
 
     @suppress_warnings
-    @ops(selected_ops("backward"), allowed_dtypes=(BACKWARD_DTYPE,))
-    def test_backward(self, device, dtype, op):
-        compare_backward(self, DEVICE or device, dtype, op)
+    @ops(BACKWARD_OPS, allowed_dtypes=(BACKWARD_DTYPE,))
+    def test_compare_cpu_backward(self, device, dtype, op):
+        compare_backward(self, device, dtype, op)
 
     @suppress_warnings
-    @ops(selected_ops("error_inputs"), dtypes=OpDTypes.none)
-    def test_error_inputs(self, device, op):
-        compare_error_inputs(self, DEVICE or device, op)
+    @ops(ERROR_OPS, dtypes=OpDTypes.none)
+    def test_errors(self, device, op):
+        compare_error_inputs(self, device, op)
+
+    def test_multiple_devices(self, device):
+        if torch.accelerator.device_count() < 2:
+            self.skipTest(f"one {DEVICE} device (SIM_DEVICE_COUNT)")
+        second = torch.device(DEVICE, 1)
+        values = torch.arange(6.0)
+        result = (values.to(second) * 2).sum()
+        self.assertEqual(result.device, second)
+        self.assertEqual(result.cpu(), (values * 2).sum(), atol=0, rtol=0)
 
 
-instantiate_device_type_tests(TestSimOpInfo, globals(), only_for="sim")
-
+instantiate_device_type_tests(TestCommon, globals(), only_for=DEVICE)

@@ -1,4 +1,7 @@
 """Step 9: autocast on sim, with the documented cast policy."""
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 import torch
 
@@ -15,7 +18,7 @@ def test_lower_precision_operators_run_in_the_autocast_dtype(dtype):
         product = a @ a
         projected = linear(a)
     assert product.dtype == dtype and projected.dtype == dtype
-    torch.testing.assert_close(product.float().cpu(), (a.cpu().to(dtype) @ a.cpu().to(dtype)).float())
+    torch.testing.assert_close(product.cpu(), a.cpu().to(dtype) @ a.cpu().to(dtype), rtol=0, atol=0)
 
 
 def test_float32_operators_are_cast_up():
@@ -105,3 +108,37 @@ def test_binary_cross_entropy_is_refused_under_autocast(dtype):
             torch.nn.functional.binary_cross_entropy(probabilities, targets)
         assert torch.nn.functional.binary_cross_entropy_with_logits(probabilities, targets).dtype == torch.float32
     assert torch.nn.functional.binary_cross_entropy(probabilities, targets).dtype == torch.float32
+
+
+def _autocast_regions() -> dict[str, object]:
+    """The default autocast dtype and two matrix products under autocast, without and with `dtype=`, with warnings."""
+    a = torch.randn(4, 4, device="sim")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        seen = {"default": torch.get_autocast_dtype("sim")}
+        with torch.autocast("sim"):
+            seen["without dtype"] = (a @ a).dtype
+        with torch.autocast("sim", dtype=torch.bfloat16):
+            seen["with dtype"] = (a @ a).dtype
+    seen["warnings"] = [str(warning.message).splitlines()[0] for warning in caught]
+    return seen
+
+
+def test_an_autocast_dtype_set_at_load_holds_only_in_the_thread_that_set_it(monkeypatch):
+    """Step 9's page: a bfloat16-only device that sets bfloat16 when it loads changes that thread only. A new thread
+    starts at PrivateUse1's float16, so autocast without a dtype warns and runs in float32 there; an explicit dtype
+    works in both threads."""
+    monkeypatch.setattr(torch.sim, "get_amp_supported_dtype", lambda: [torch.bfloat16])
+    default_before = torch.get_autocast_dtype("sim")
+    torch.set_autocast_dtype("sim", torch.bfloat16)
+    try:
+        in_the_loading_thread = _autocast_regions()
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            in_a_new_thread = pool.submit(_autocast_regions).result()
+    finally:
+        torch.set_autocast_dtype("sim", default_before)
+    assert in_the_loading_thread == {"default": torch.bfloat16, "without dtype": torch.bfloat16,
+                                     "with dtype": torch.bfloat16, "warnings": []}
+    assert in_a_new_thread == {
+        "default": torch.float16, "without dtype": torch.float32, "with dtype": torch.bfloat16,
+        "warnings": ["In sim autocast, but the target dtype is not supported. Disabling autocast."]}

@@ -1,6 +1,7 @@
 """Attention: sim answers PyTorch's per-device attention choice with OVERRIDEABLE and implements
 `_scaled_dot_product_fused_attention_overrideable` and its backward on the host's flash kernel, so
-`scaled_dot_product_attention` is bit-identical to the CPU, forward and backward."""
+`scaled_dot_product_attention` is bit-identical to the CPU, forward and backward. Asked for the gradient of the
+mask, the overrideable backward gives the one the CPU computes on its math path."""
 from __future__ import annotations
 
 import copy
@@ -64,6 +65,63 @@ def test_a_mask_that_requires_grad_gets_the_cpus_gradient(dtype, mask_shape):
         gradients[device] = [leaf.grad.cpu() for leaf in leaves]
     for cpu, sim in zip(gradients["cpu"], gradients["sim"]):
         assert torch.equal(cpu, sim)
+
+
+MASK_SHAPES = [(8, 8), (1, 1, 8, 8), (2, 1, 8, 8), (2, 4, 8, 8)]
+OVERRIDEABLE = torch.ops.aten._scaled_dot_product_fused_attention_overrideable
+OVERRIDEABLE_BACKWARD = torch.ops.aten._scaled_dot_product_fused_attention_overrideable_backward
+
+
+def attention_inputs(dtype: torch.dtype, mask_shape: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
+    """query, key, value (2 batches, 4 heads, 8 positions, 16 features), an additive mask and an output gradient."""
+    generator = torch.Generator().manual_seed(0)
+    q, k, v, grad_out = (torch.randn(2, 4, 8, 16, dtype=dtype, generator=generator) for _ in range(4))
+    return q, k, v, torch.randn(mask_shape, dtype=dtype, generator=generator), grad_out
+
+
+def cpu_mask_gradient(q, k, v, mask, grad_out) -> torch.Tensor:
+    """The mask's gradient the CPU computes: scaled_dot_product_attention with every input requiring grad."""
+    leaves = [t.clone().requires_grad_() for t in (q, k, v, mask)]
+    F.scaled_dot_product_attention(*leaves[:3], attn_mask=leaves[3]).backward(grad_out)
+    return leaves[3].grad
+
+
+@pytest.mark.parametrize("mask_shape", MASK_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_the_overrideable_backward_gives_the_masks_gradient_bit_identical_to_the_cpu(dtype, mask_shape):
+    """Called directly, as PyTorch's reference backend's test calls it: a mask broadcast over batch or heads gets
+    its gradient summed to its own shape, as the CPU's autograd sums it."""
+    q, k, v, mask, grad_out = attention_inputs(dtype, mask_shape)
+    on_sim = [t.to("sim") for t in (q, k, v, mask)]
+    out, logsumexp, cum_q, cum_k, max_q, max_k, seed, offset, _ = OVERRIDEABLE(*on_sim[:3], attn_bias=on_sim[3])
+    gradients = OVERRIDEABLE_BACKWARD(grad_out.to("sim"), *on_sim, [True] * 4, out, logsumexp, cum_q, cum_k, max_q,
+                                      max_k, 0.0, False, seed, offset)
+    assert gradients[3].device.type == "sim"
+    torch.testing.assert_close(gradients[3].cpu(), cpu_mask_gradient(q, k, v, mask, grad_out), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("mask_shape", MASK_SHAPES, ids=str)
+def test_autograd_through_the_overrideable_attention_gives_the_mask_the_cpus_gradient(mask_shape):
+    q, k, v, mask, grad_out = attention_inputs(torch.bfloat16, mask_shape)
+    leaves = [t.to("sim").requires_grad_() for t in (q, k, v, mask)]
+    OVERRIDEABLE(*leaves[:3], attn_bias=leaves[3])[0].backward(grad_out.to("sim"))
+    torch.testing.assert_close(leaves[3].grad.cpu(), cpu_mask_gradient(q, k, v, mask, grad_out), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("case", ["boolean mask", "dropout"])
+def test_a_mask_gradient_sim_cannot_give_is_refused_in_one_line(case):
+    q, k, v, mask, grad_out = (t.to("sim") for t in attention_inputs(torch.float32, (8, 8)))
+    out, logsumexp, cum_q, cum_k, max_q, max_k, seed, offset, _ = OVERRIDEABLE(q, k, v, attn_bias=mask)
+    mask, dropout_p, error, says = {
+        "boolean mask": (mask > 0, 0.0, ValueError, "a torch.bool attention mask has no gradient; pass "
+                                                    "grad_input_mask[3]=False"),
+        "dropout": (mask, 0.5, NotImplementedError, "cannot give the mask's gradient with dropout_p > 0; call "
+                                                    "scaled_dot_product_attention"),
+    }[case]
+    with pytest.raises(error) as raised:
+        OVERRIDEABLE_BACKWARD(grad_out, q, k, v, mask, [True] * 4, out, logsumexp, cum_q, cum_k, max_q, max_k,
+                              dropout_p, False, seed, offset)
+    assert says in str(raised.value) and "\n" not in str(raised.value)
 
 
 def test_dropout_draws_from_sims_generator_like_the_cpu_from_its_own():

@@ -53,14 +53,10 @@ def test_every_step_has_its_module_and_check_and_the_cpp_files_are_the_steps():
         assert f"Step {step.number}, " in ast.get_docstring(ast.parse(step.module_path.read_text()))
         ast.parse(step.check_program.read_text())  # a program of its own, not text in a string
         assert step.title and step.explanation and not step.explanation.startswith("Step ")
-        assert [source.path for source in step.sources] == [f"backend/{step.name}.py"] + (
-            [f"backend/csrc/{step.name}.cpp"] if step.cpp_path is not None else [])  # sim's code only
-    with_cpp = {step.name for step in GUIDE if step.cpp_path is not None}
-    # a step's C++ may continue in files named after it: operators_rnn.cpp belongs to the operators step
-    # runtime.cpp (the shared core) and interface_trace.cpp (the trace every step's methods report to) serve all steps
-    stems = {path.stem for path in (BACKEND / "csrc").glob("*.cpp")} - {"runtime", "interface_trace"}
-    assert with_cpp == {stem for stem in stems if not any(stem.startswith(f"{name}_") for name in with_cpp)}
-    assert {"device_module", "autograd", "autoload", "compile"}.isdisjoint(with_cpp)
+        assert [source.path for source in step.sources] == [f"backend/torch_sim/{step.name}.py"] + [
+            f"backend/torch_sim/csrc/{name}" for name in step.cpp]  # sim's code only
+        assert not step.cpp or step.cpp[0] == f"{step.name}.cpp"  # the step's own file first
+    assert {"device_module", "autograd", "autoload", "compile"} == {step.name for step in GUIDE if not step.cpp}
 
 
 def test_every_scorecard_probe_grades_exactly_one_step():

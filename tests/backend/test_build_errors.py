@@ -26,9 +26,9 @@ def test_a_missing_compiler_is_named(sources, tmp_path):
 
 
 def test_a_compile_error_is_named_with_the_compilers_words(sources, tmp_path):
-    for source in (sources / "backend" / "csrc").glob("*.cpp"):
+    for source in (sources / "backend" / "torch_sim" / "csrc").glob("*.cpp"):
         source.unlink()
-    (sources / "backend" / "csrc" / "runtime.cpp").write_text("#include <sim_missing_header.h>\n")
+    (sources / "backend" / "torch_sim" / "csrc" / "runtime.cpp").write_text("#include <sim_missing_header.h>\n")
     result = pip("wheel", "--no-build-isolation", "--no-deps", "-w", str(tmp_path / "dist"), str(sources),
                  timeout=300)
     assert result.returncode != 0

@@ -182,3 +182,29 @@ def test_compiled_conv2d_matches_eager_in_either_memory_format(memory_format, tr
         for mine, theirs in ((model.weight, reference.weight), (model.bias, reference.bias)):
             assert mine.grad.device.type == "sim"
             torch.testing.assert_close(mine.grad.cpu(), theirs.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_the_backend_named_sim_runs_dynamos_graph_on_sims_kernels_like_eager():
+    """`torch.compile(model, backend="sim")` finds sim's function through the torch_dynamo_backends entry point; it
+    gets one graph from dynamo and runs it on sim's kernels without generating code, so the loss and every gradient
+    equal eager's, bit for bit."""
+    from torch_sim.compile import dynamo_backend
+
+    compiled_model, eager_model = small_mlp().to("sim"), small_mlp().to("sim")
+    batch = torch.randn(8, 16, device="sim")
+    compiled_loss = torch.compile(compiled_model, backend="sim")(batch).square().mean()
+    compiled_loss.backward()
+    eager_loss = eager_model(batch).square().mean()
+    eager_loss.backward()
+    assert torch._dynamo.lookup_backend("sim") is dynamo_backend
+    assert counters["stats"]["unique_graphs"] == 1 and metrics.generated_kernel_count == 0
+    assert compiled_loss.device.type == "sim" and torch.equal(compiled_loss.cpu(), eager_loss.cpu())
+    for compiled, eager in zip(compiled_model.parameters(), eager_model.parameters()):
+        assert compiled.grad.device.type == "sim" and torch.equal(compiled.grad.cpu(), eager.grad.cpu())
+
+
+def test_the_backend_named_sim_refuses_a_graph_input_on_another_device():
+    compiled = torch.compile(lambda x: x * 2, backend="sim")
+    with pytest.raises(Exception, match="runs graphs of sim and CPU tensors, but the input .* is on meta: move it "
+                                        "to sim, or pick a backend for meta"):
+        compiled(torch.ones(3, device="meta"))

@@ -35,18 +35,6 @@ def test_an_invalid_index_is_a_runtime_error_with_a_clear_message(action):
         action()
 
 
-def test_named_tensors_behave_on_sim_as_on_the_cpu():
-    """torch 2.13 has no named tensors (no `names=` keyword, no Tensor.names): sim must refuse them exactly as the
-    CPU does, and give the CPU's names once a torch has them again."""
-    outcomes = {}
-    for device in ("cpu", "sim"):
-        try:
-            outcomes[device] = ("names", torch.zeros(2, 3, names=("N", "C"), device=device).names)
-        except (TypeError, RuntimeError) as error:
-            outcomes[device] = (type(error).__name__, str(error))
-    assert outcomes["sim"] == outcomes["cpu"]
-
-
 def test_the_capability_lists_no_dtype_sim_cannot_hold():
     quantized = {torch.qint8, torch.quint8, torch.qint32, torch.quint4x2, torch.quint2x4}
     supported = torch.accelerator.get_device_capability("sim:0")["supported_dtypes"]

@@ -1,22 +1,26 @@
-"""PyTorch's device-generic OpInfo tests on sim, run from the module a vendor copies, and sim's configuration.
+"""PyTorch's device-generic OpInfo tests on sim, through the route a vendor's backend takes, and what that route reads.
 
-The tests themselves live in examples/device_generic/test_sim_opinfo.py (forward, backward and bad inputs
-against the CPU, bit for bit) and read sim's configuration from torch_sim.device_generic; this module runs
-that same module in the project's test suite (default subset; SIM_FULL_OPINFO=1 for every OpInfo) and checks
-the configuration and the comparisons themselves.
+The tests live in examples/device_generic/test_sim_opinfo.py, a module of the shape `pu1-explorer new` generates
+(`TestCommon`, configured by a device_tests.json through `pu1_explorer.conformance.device_tests.configure`), with sim's
+stricter comparisons (bit for bit against the CPU). This module runs that same module in the project's test suite
+(default subset; SIM_FULL_OPINFO=1 for every OpInfo) and checks sim's configuration, torch_sim/device_tests.json, and
+the comparisons themselves.
 """
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 import unittest
 from pathlib import Path
 
 import pytest
 import torch
+from torch.testing._internal.common_device_type import PrivateUse1TestBase
 from torch.testing._internal.common_methods_invocations import op_db
+from torch.testing._internal.common_utils import TestCase
 
-from torch_sim import device_generic as config
+from pu1_explorer.conformance.device_tests import torch_test_configs
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "device_generic" / "test_sim_opinfo.py"
 
@@ -32,40 +36,67 @@ def _load_example():
 example = _load_example()
 # The device-specific classes that instantiate_device_type_tests made there, collected here.
 globals().update({name: value for name, value in vars(example).items()
-                  if name.startswith("TestSimOpInfo") and isinstance(value, type)})
+                  if name.startswith("TestCommon") and isinstance(value, type)})
+DEVICE = example.DEVICE
 
 
-def test_the_example_instantiated_the_sim_test_class():
-    assert [name for name in vars(example) if name.startswith("TestSimOpInfo")] == ["TestSimOpInfoPRIVATEUSE1"]
+def test_the_generic_class_became_sims_device_class():
+    assert [name for name, value in vars(example).items()
+            if name.startswith("TestCommon") and isinstance(value, type)] == ["TestCommonSIM"]
 
 
 def test_default_subset_names_are_opinfos():
     known = {op.full_name for op in op_db}
-    assert [name for name in config.DEFAULT_SUBSET if name not in known] == []
-    assert len(set(config.DEFAULT_SUBSET)) == len(config.DEFAULT_SUBSET)
+    assert [name for name in example.DEFAULT_SUBSET if name not in known] == []
+    assert len(set(example.DEFAULT_SUBSET)) == len(example.DEFAULT_SUBSET)
 
 
-def test_every_exception_names_an_opinfo_a_test_and_a_dtype_with_a_reason():
+def test_sims_configuration_names_opinfos_tests_and_dtypes_each_with_a_reason():
+    data = json.loads(example.SIM_DEVICE_TESTS.read_text())
+    assert data["device"] == DEVICE and data["op_allowlist"] is None and data["test_exclusions"] == {}
     known = {op.full_name for op in op_db}
-    names = [*config.GAPS, *config.SHAPES_ONLY, *(name for name, _, _ in config.EXCEPTIONS)]
-    assert sorted(set(names) - known) == []
-    assert set(config.GAPS).isdisjoint(config.SHAPES_ONLY)
-    assert all(test in config.TESTS for _, test, _ in config.EXCEPTIONS)
-    assert all(dtype is None or isinstance(getattr(torch, dtype, None), torch.dtype)
-               for _, _, dtype in config.EXCEPTIONS)
-    assert all(isinstance(getattr(torch, name, None), torch.dtype)
-               for name in (*config.FORWARD_DTYPES, config.BACKWARD_DTYPE))
-    reasons = [*config.GAPS.values(), *config.SHAPES_ONLY.values(), *config.EXCEPTIONS.values()]
-    assert all(reason.strip() and "\n" not in reason for reason in reasons)
+    assert sorted(set(data["op_overrides"]) - known) == [] and sorted(set(data["left_out"]) - known) == []
+    entries = [entry for entries in data["op_overrides"].values() for entry in entries]
+    assert {entry["test_class"] for entry in entries} <= {None, "TestCommon"}
+    assert {entry["test"] for entry in entries} <= {None, *example.TESTS}
+    assert all(isinstance(getattr(torch, dtype, None), torch.dtype)
+               for entry in entries for dtype in entry["dtypes"] or ())
+    reasons = [entry["reason"] for entry in entries] + list(data["left_out"].values())
+    assert reasons and all(reason.strip() and "\n" not in reason for reason in reasons)
+    assert set(torch_test_configs(data)["op_overrides"]) == set(data["op_overrides"])  # the explorer reads each
 
 
-def test_the_configuration_picks_the_comparison_and_the_selection():
-    assert config.comparison_mode("empty", "forward", "float32") == "shapes"
-    assert config.comparison_mode("linalg.lstsq", "forward", "float64") == "tolerance"
-    assert config.comparison_mode("add", "forward", "float32") == "exact"
-    assert [config.exception_kind(reason) for reason in ("skip: x", "tolerance: y", "z")] == ["skip", "tolerance",
-                                                                                               "xfail"]
-    assert config.op_allowlist(full=False) == config.DEFAULT_SUBSET and config.op_allowlist(full=True) is None
+def test_the_configuration_narrows_the_default_run_and_decorates_the_gaps():
+    assert example.sim_device_tests(full=True)["op_allowlist"] is None
+    assert example.sim_device_tests(full=False)["op_allowlist"] == list(example.DEFAULT_SUBSET)
+    assert PrivateUse1TestBase.op_allowlist == (None if example.FULL_SWEEP else set(example.DEFAULT_SUBSET))
+    overrides = PrivateUse1TestBase.op_overrides
+    lstsq = overrides["linalg.lstsq"]  # compared at a tolerance per dtype, in the forward test only
+    for dtype in (torch.float32, torch.float64, torch.complex64):
+        active = [entry for entry in lstsq if entry.is_active("TestCommon", "test_compare_cpu", DEVICE, dtype, {})]
+        assert len(active) == 1, f"{dtype}: {len(active)} tolerances apply"
+        assert not any(entry.is_active("TestCommon", "test_compare_cpu_backward", DEVICE, dtype, {}) for entry in lstsq)
+    (to_sparse,) = overrides["to_sparse"]  # an expected failure in every test
+    assert to_sparse.decorators == [unittest.expectedFailure]
+    assert to_sparse.is_active("TestCommon", "test_errors", DEVICE, None, {})
+
+
+def test_a_tolerance_of_the_configuration_reaches_the_test(monkeypatch):
+    """linalg.lstsq's forward test compares at the configuration's tolerance, add's bit for bit."""
+    names = [f"test_compare_cpu_{op}_{DEVICE}_float64" for op in ("linalg_lstsq", "add")]
+    seen = {}
+
+    def record(test, device, dtype, op):
+        seen[op.full_name] = (test.precision, test.rel_tol)
+        return 1
+
+    monkeypatch.setattr(example, "compare_forward", record)
+    for name in names:
+        getattr(example.TestCommonSIM(name), name)()
+    (float64_tolerance,) = [(entry["atol"], entry["rtol"]) for entry in example.sim_device_tests(full=False)[
+        "op_overrides"]["linalg.lstsq"] if "float64" in entry["dtypes"]]
+    assert float64_tolerance != (0, 0)
+    assert seen == {"linalg.lstsq": float64_tolerance, "add": (0, 0)}
 
 
 def _op_by_name(name: str):
@@ -84,21 +115,34 @@ class _NoSamples:
         return iter(())
 
 
+def _bit_for_bit_case() -> TestCase:
+    case = TestCase()
+    case.precision, case.rel_tol = 0, 0
+    return case
+
+
 def test_a_backward_comparison_that_compares_nothing_fails():
     with pytest.raises(AssertionError, match="no torch.float64 sample input has a gradient to compare"):
-        example.compare_backward(unittest.TestCase(), "sim", torch.float64, _NoSamples())
+        example.compare_backward(_bit_for_bit_case(), DEVICE, torch.float64, _NoSamples())
 
 
 def test_an_error_input_comparison_that_compares_nothing_fails():
     with pytest.raises(AssertionError, match="no_samples lists no error input for sim"):
-        example.compare_error_inputs(unittest.TestCase(), "sim", _NoSamples())
+        example.compare_error_inputs(_bit_for_bit_case(), DEVICE, _NoSamples())
 
 
 def test_the_comparisons_count_what_they_compared():
     """On a real OpInfo every comparison reports the samples it compared (each fails above when that is none)."""
-    torch.sim.set_fallback_policy("silent")
-    case = unittest.TestCase()
+    case = _bit_for_bit_case()
     mul = _op_by_name("mul")
-    assert example.compare_forward(case, "sim", torch.float32, mul) > 0
-    assert example.compare_backward(case, "sim", torch.float64, mul) > 0
-    assert example.compare_error_inputs(case, "sim", _op_by_name("gather")) > 0
+    assert example.compare_forward(case, DEVICE, torch.float32, mul) > 0
+    assert example.compare_backward(case, DEVICE, torch.float64, mul) > 0
+    assert example.compare_error_inputs(case, DEVICE, _op_by_name("gather")) > 0
+
+
+def test_a_comparison_is_bit_for_bit_unless_given_a_tolerance():
+    one = torch.ones(3, device=DEVICE)
+    close = torch.ones(3) + 1e-6
+    with pytest.raises(AssertionError, match="bit for bit"):
+        example.compare(one, close, "ones")
+    example.compare(one, close, "ones", atol=1e-3, rtol=1e-3)

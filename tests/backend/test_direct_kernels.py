@@ -1,12 +1,15 @@
 """Direct kernels: PyTorch's structured kernels run on sim tensors with the CPU's own loops.
 
 Their promise is the CPU's result to the bit (dtype, shape, strides, every value, NaNs in the same places) and
-the CPU's errors, for every input the CPU takes; these tests hold each direct operator to it against OpInfo's
-samples, Python scalars, mixed dtypes, layouts, devices, the profiler, out of memory and graph capture.
+the CPU's errors (type and first line), for every input the CPU takes; these tests hold each direct operator to it
+against OpInfo's samples, Python scalars, mixed dtypes, layouts, devices, the profiler, out of memory and graph
+capture. The boxed route gives the same bits, so they also count the calls that leave the direct kernels for it
+(`torch.sim.direct_route_exits()`): none, except the calls the direct kernels hand on by design.
 """
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -100,6 +103,12 @@ def assert_bit_identical(on_sim: Any, on_cpu: Any, what: str) -> None:
             assert bool(same.all()), f"{what}: equal values with other bits (signed zeros) at {(~same).nonzero()[:5]}"
 
 
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message, with device names ("sim:0", "cpu", "CPU", "PrivateUse1") as "<device>"."""
+    lines = str(error).splitlines()
+    return re.sub(r"\b(?:sim|cpu|privateuse1)(?::\d+)?\b", "<device>", lines[0] if lines else "", flags=re.IGNORECASE)
+
+
 def outcome(function: Callable, args: Any, kwargs: dict) -> tuple[Any, Exception | None]:
     try:
         return function(*args, **kwargs), None
@@ -118,6 +127,8 @@ def assert_same_as_cpu(function: Callable, *args: Any, label: str | None = None,
     if cpu_error is not None:
         assert sim_error is not None, f"{what}: the CPU raised {cpu_error!r}, sim returned"
         assert type(sim_error) is type(cpu_error), f"{what}: the CPU raised {cpu_error!r}, sim {sim_error!r}"
+        assert first_line(sim_error) == first_line(cpu_error), \
+            f"{what}: the first line differs: the CPU's {first_line(cpu_error)!r}, sim's {first_line(sim_error)!r}"
         return sim_error
     assert sim_error is None, f"{what}: sim raised {sim_error!r}, the CPU returned"
     for leaf in tree_flatten(sim_result)[0]:
@@ -264,6 +275,25 @@ def direct_fallbacks() -> dict[str, int]:
             if name.removeprefix("aten::").split(".")[0] in bases}
 
 
+# The calls a direct kernel hands to the boxed route by design (backend/torch_sim/csrc/operators_direct.cpp): those
+# whose operands the CPU converts to the computation's dtype first, which the CPU's loops leave to their caller.
+FLOAT_VALUED = {"div.Tensor", "div_.Tensor", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "tanh_backward",
+                "sigmoid_backward"}  # computed in a floating dtype whatever the operands' dtype
+SCALAR_COMPARISONS = {"eq.Scalar", "ne.Scalar", "lt.Scalar", "le.Scalar", "gt.Scalar", "ge.Scalar"}
+
+
+def may_leave_the_direct_route(name: str, dtype: torch.dtype) -> bool:
+    """Whether calls of the direct operator `name` on `dtype` tensors may take the boxed route: integer or boolean
+    operands of an operator computed in a floating dtype, or a Python number compared with float16, bfloat16 or
+    boolean tensors (a direct kernel converts a number itself, except into float16 or bfloat16, and never converts
+    a sim tensor: converts_like_the_cpu and promotable in operators_direct.cpp)."""
+    if name in FLOAT_VALUED:
+        return not (dtype.is_floating_point or dtype.is_complex)
+    if name in SCALAR_COMPARISONS:
+        return dtype in (torch.float16, torch.bfloat16, torch.bool)
+    return False
+
+
 def test_every_direct_operator_has_an_opinfo_and_a_representative_call():
     assert DIRECT, "sim reports no direct operators"
     assert len(set(DIRECT)) == len(DIRECT), f"an operator is registered twice: {sorted(DIRECT)}"
@@ -281,12 +311,15 @@ def test_opinfo_samples_are_bit_identical_to_the_cpu(name, dtype):
     op, coverage = opinfo_of(name), COVERAGE[name]
     torch.manual_seed(0)
     torch.sim.reset_fallback_counts()
+    torch.sim.reset_direct_route_exits()
     samples = list(itertools.islice(op.sample_inputs("cpu", dtype), SAMPLES_PER_OP))
     assert samples, f"{op.name} has no {dtype} samples"
     for sample in samples:
         function, args, kwargs = coverage.run(op, sample, dtype)
         assert_same_as_cpu(function, *args, **kwargs)
     assert direct_fallbacks() == {}, "a direct operator reached the fallback"
+    if not may_leave_the_direct_route(name, dtype):
+        assert torch.sim.direct_route_exits() == {}, "calls left the direct kernels for the boxed route"
 
 
 def bad_calls() -> dict[str, tuple[Callable, tuple]]:
@@ -333,6 +366,18 @@ def test_calls_the_cpu_refuses_raise_its_exception_type_on_sim(case):
     function, args = bad_calls()[case]
     error = assert_same_as_cpu(function, *args, label=case)
     assert isinstance(error, Exception), f"the CPU accepts {case}"
+
+
+def test_error_parity_compares_the_first_line_with_device_names_normalised():
+    def refuse(x: torch.Tensor) -> None:
+        raise RuntimeError(f"no kernel for {x.device}\n{'sim' if x.device.type == 'sim' else 'the CPU'}'s advice")
+
+    def refuse_in_other_words(x: torch.Tensor) -> None:
+        raise RuntimeError("sim refuses" if x.device.type == "sim" else "cpu declines")
+
+    assert first_line(assert_same_as_cpu(refuse, operand((2,), torch.float32, 1))) == "no kernel for <device>"
+    with pytest.raises(AssertionError, match="the first line differs"):
+        assert_same_as_cpu(refuse_in_other_words, operand((2,), torch.float32, 1))
 
 
 # --------------------------------------------------------------------------------------- 2. Python scalars
@@ -480,13 +525,46 @@ LAYOUTS = ["transposed", "both transposed", "sliced", "broadcast", "expanded", "
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("name", COVERED)
-def test_layouts_are_bit_identical_to_the_cpu(name, layout):
+def test_layouts_are_bit_identical_to_the_cpu_on_the_direct_route(name, layout):
     call = COVERAGE[name].call
     torch.sim.reset_fallback_counts()
     for dtype in (torch.float32, torch.float16, torch.float64):
         a, b = layout_operands(layout, dtype)
-        assert_same_as_cpu(call, a, b, a > 0)
+        torch.sim.reset_direct_route_exits()
+        assert_same_as_cpu(call, a, b, a > 0)  # the condition is made on the CPU and copied
+        handed_on = {f"aten::{name}": 1} if may_leave_the_direct_route(name, dtype) else {}
+        assert torch.sim.direct_route_exits() == handed_on, f"{dtype}: the calls that took the boxed route"
     assert direct_fallbacks() == {}, "a direct operator reached the fallback"
+
+
+HANDED_ON = {  # calls a direct kernel hands to the boxed route, each with the operator that counts it
+    "float16 + float32 on sim": (lambda x, h, b, i: h + x, "aten::add.Tensor"),
+    "int64 / int64 (true division)": (lambda x, h, b, i: i / i, "aten::div.Tensor"),
+    "float16 > a Python number": (lambda x, h, b, i: h > 0.5, "aten::gt.Scalar"),
+    "bfloat16 * a 0-dim CPU float64": (lambda x, h, b, i: b * torch.tensor(2.0).double(), "aten::mul.Tensor"),
+    "a multiply while a stream captures": (lambda x, h, b, i: captured(lambda: x * x)[1], "aten::mul.Tensor"),
+}
+
+
+@pytest.mark.parametrize("case", list(HANDED_ON))
+def test_a_call_a_direct_kernel_hands_on_is_counted_against_its_operator(case):
+    call, operator = HANDED_ON[case]
+    operands = [operand((5, 7), dtype, seed).to("sim") for seed, dtype in
+                enumerate((torch.float32, torch.float16, torch.bfloat16, torch.int64))]
+    torch.sim.reset_direct_route_exits()
+    result = call(*operands)
+    assert result.device.type == "sim"
+    assert torch.sim.direct_route_exits() == {operator: 1}
+    torch.sim.reset_direct_route_exits()
+    assert torch.sim.direct_route_exits() == {}
+
+
+def test_an_operand_on_the_cpu_with_dimensions_takes_the_boxed_route_to_the_cpus_refusal():
+    a = operand((3, 4), torch.float32, 1).to("sim")
+    torch.sim.reset_direct_route_exits()
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        a * operand((3, 4), torch.float32, 2)
+    assert torch.sim.direct_route_exits() == {"aten::mul.Tensor": 1}
 
 
 REDUCTIONS = {
@@ -566,7 +644,9 @@ def test_a_direct_operator_on_sim1_allocates_its_result_there_and_nothing_else(n
     call = COVERAGE[name].call
     expected = call(a.cpu(), b.cpu(), c.cpu())
     on_zero, on_one = torch.sim.memory_allocated(0), torch.sim.memory_allocated(1)
+    torch.sim.reset_direct_route_exits()
     result = call(a, b, c)
+    assert torch.sim.direct_route_exits() == {}, "the call on sim:1 took the boxed route"
     assert result.device == torch.device("sim:1")
     assert torch.sim.memory_allocated(0) == on_zero, "a kernel on sim:1 allocated on sim:0"
     grown = torch.sim.memory_allocated(1) - on_one

@@ -116,3 +116,39 @@ def test_ignored_paths_move_the_line_outwards(no_trace_left_on):
     records = torch.sim.stop_interface_trace()
     allocate = next(r for r in records if r["method"] == "allocate")
     assert allocate["python"] and not allocate["python"].startswith(HERE)  # pytest's frame, outside this file
+
+
+def test_the_device_modules_functions_record_their_outermost_calls(no_trace_left_on):
+    original = torch.sim.device_count
+    torch.sim.start_interface_trace()
+    available = torch.accelerator.is_available()
+    with torch.sim.device(1):  # marker: device block
+        pass
+    records = torch.sim.stop_interface_trace()
+    module_calls = [(method, arguments) for interface, method, arguments in calls(records)
+                    if interface == "device_module"]
+    assert available and ("is_available", "") in module_calls and ("device", "1") in module_calls
+    # the device block's own current_device()/set_device() are sim's inner calls, not PyTorch's: not recorded
+    assert "set_device" not in [method for method, _ in module_calls]
+    by_method = {r["method"]: r["python"] for r in records if r["kind"] == "call" and r["interface"] == "device_module"}
+    assert by_method["device"] == line_of("# marker: device block")
+    # stopping puts the module's own functions back
+    assert torch.sim.device_count is original and "__wrapped__" not in vars(torch.sim.device.__init__)
+
+
+def test_simccl_records_each_collective_and_its_work(no_trace_left_on):
+    import torch.distributed as dist
+
+    dist.init_process_group("simccl", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        tensor = torch.ones(3, device="sim")
+        torch.sim.start_interface_trace()
+        work = dist.all_reduce(tensor, async_op=True)
+        work.wait()
+        dist.broadcast(tensor, src=0)
+        records = torch.sim.stop_interface_trace()
+    finally:
+        dist.destroy_process_group()
+    methods = [method for interface, method, _ in calls(records) if interface == "distributed"]
+    assert methods[:2] == ["allreduce", "wait"] and "broadcast" in methods
+    assert ("distributed", "allreduce", "rank=0") in calls(records)

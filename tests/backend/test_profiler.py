@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -136,6 +137,27 @@ def test_profiling_sim_prints_no_warnings_or_internal_asserts():
     problems = [line for line in completed.stderr.splitlines()
                 if "Warning" in line or "INTERNAL ASSERT" in line or "not enabled" in line]
     assert problems == []
+
+
+def test_a_profile_on_sim_prints_nothing_to_stderr_unless_the_user_asks_kineto_for_its_logs():
+    # kineto prints "USDT: ... SyncActivityProfilerHandler.cpp:52] profiler_start" and "profiler_stop" at every
+    # profile unless its level is above every severity; sim sets that level when it loads, keeping the user's own
+    program = textwrap.dedent("""
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+        a = torch.randn(32, 32, device="sim")
+        for _ in range(2):
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+                a @ a
+        print(len([event for event in prof.events() if event.name == "sim::mm"]))
+        """)
+    environment = {name: value for name, value in os.environ.items() if name != "KINETO_LOG_LEVEL"}
+    quiet = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300,
+                           env=environment)
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "1\n", "")
+    verbose = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300,
+                             env=dict(environment, KINETO_LOG_LEVEL="4"))
+    assert verbose.returncode == 0 and verbose.stderr.count("profiler_start") == 2, verbose.stderr[-2000:]
 
 
 def test_backward_kernels_are_linked_to_the_operators_autograd_runs():

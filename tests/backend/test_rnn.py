@@ -1,5 +1,5 @@
 """RNNs: nn.LSTM, nn.GRU, nn.RNN and their cells take the CPU's own route on sim (whole-sequence kernels on the
-host, backend/csrc/operators_rnn.cpp), so forward, backward and AdamW training are bit-identical to the CPU, with
+host, backend/torch_sim/csrc/operators_rnn.cpp), so forward, backward and AdamW training are bit-identical to the CPU, with
 no fallback call. The fused cells PyTorch sends other devices to are sim kernels too, for direct calls."""
 from __future__ import annotations
 

@@ -91,10 +91,10 @@ def test_a_kernels_fresh_processes_fork_from_its_own_template():
                         "from pu1_explorer.conformance import scorecard\n"
                         "import torch_sim\ncheck = guide.check_step(torch_sim.GUIDE, 'operators')\n"
                         "card = scorecard('sim', probes=['operators', 'generator'], opinfo='none', jobs=1)\n"
-                        "templates = list(forkserver._SERVERS.values())\n"
+                        "templates = forkserver.kept_templates()\n"
                         "print(check.demonstrates_the_step, [probe.status for probe in card.probes],\n"
                         "      [server.address == __import__('json').loads(os.environ['PU1_FORK_SERVER'])['address']\n"
-                        "       for server in templates], [server._process is None for server in templates])")
+                        "       for server in templates], [not server.started_here for server in templates])")
     assert _printed(notebook.cells[0]).split() == ["True", "['passed',", "'passed']", "[True,", "True]",
                                                    "[True,", "True]"]
 

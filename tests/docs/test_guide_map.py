@@ -50,7 +50,7 @@ def rows() -> list[dict]:
 def test_the_map_lists_every_step_with_its_page_interface_files_probes_and_coverage(rows):
     labels = nav_labels(_site_nav())
     table = map_markdown(rows, labels, "2.13")
-    assert "| step | what PyTorch calls (torch 2.13) | in sim (`backend/`) |" in table
+    assert "| step | what PyTorch calls (torch 2.13) | in sim (`backend/torch_sim/`) |" in table
     rendered = _rendered_rows(table)
     assert len(rendered) == len(torch_sim.GUIDE)
     excerpts = vendor_excerpts()
@@ -59,7 +59,7 @@ def test_the_map_lists_every_step_with_its_page_interface_files_probes_and_cover
         assert links == [f"notebooks/guide_{step.number:02d}_{step.name}.ipynb"]
         assert label == labels[links[0]] and label.startswith(f"{step.number}. ")
         assert interface and "`" not in interface  # its code spans became code
-        assert sim == (f"csrc/{step.cpp_path.name}" if step.cpp_path else f"{step.module_path.name} (no C++)")
+        assert sim.splitlines() == ([f"csrc/{name}" for name in step.cpp] or [f"{step.module_path.name} (no C++)"])
         assert template.splitlines() == list(dict.fromkeys(excerpt.path for excerpt in excerpts[step.name]))
         assert probes == ", ".join(step.probes)
         assert coverage
@@ -70,7 +70,7 @@ def test_the_map_lists_every_step_with_its_page_interface_files_probes_and_cover
 
 def test_a_step_the_map_does_not_know_is_refused_by_name():
     stranger = SimpleNamespace(number=15, name="teleport", title="Teleport tensors", probes=("teleport",),
-                               module_path=torch_sim.GUIDE[0].module_path, cpp_path=None)
+                               module_path=torch_sim.GUIDE[0].module_path, cpp_paths=())
     with pytest.raises(GuideMapError, match=r"^step 'teleport' has no interface in pu1_docs.guide_map.INTERFACES"):
         map_rows([stranger], coverage_by_step(torch_sim.GUIDE), vendor_excerpts(), _template_files())
 
@@ -80,7 +80,7 @@ def test_an_interface_that_sims_sources_do_not_use_stops_the_map(monkeypatch):
     monkeypatch.setitem(guide_map.INTERFACES, "guard", wrong)
     guard = [step for step in torch_sim.GUIDE if step.name == "guard"]
     with pytest.raises(GuideMapError, match=r"step 'guard': the map says its interface uses 'NoSuchGuard', but sim's "
-                                            r"sources for it \(backend/guard.py, backend/csrc/guard.cpp\) do not"):
+                                            r"sources for it \(backend/torch_sim/guard.py, backend/torch_sim/csrc/guard.cpp\) do not"):
         map_rows(guard, coverage_by_step(torch_sim.GUIDE), vendor_excerpts(), _template_files())
 
 

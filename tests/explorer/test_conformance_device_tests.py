@@ -100,6 +100,32 @@ def test_the_configuration_becomes_what_torch_reads():
     assert torch_test_configs(configuration(no_sweeps))["op_allowlist"] is None  # no finding: torch's default
 
 
+def test_a_tolerance_override_becomes_torchs_tolerance_override_and_a_bad_action_is_refused_in_one_line():
+    import copy
+
+    import pytest
+    import torch
+
+    from pu1_explorer.conformance.device_tests import FORMAT, VERSION
+
+    data = {"format": FORMAT, "version": VERSION, "device": "sim", "op_allowlist": None, "left_out": {},
+            "test_exclusions": {}, "op_overrides": {"linalg.lstsq": [
+                {"action": "tolerance", "test_class": "TestCommon", "test": "test_compare_cpu", "dtypes": ["float64"],
+                 "atol": 1e-3, "rtol": 1e-4, "reason": "the CPU does not reproduce its own result"}]}}
+    (lstsq,) = torch_test_configs(data)["op_overrides"]["linalg.lstsq"]
+    assert lstsq.is_active("TestCommon", "test_compare_cpu", "sim", torch.float64, {})
+    assert not lstsq.is_active("TestCommon", "test_compare_cpu", "sim", torch.float32, {})
+    assert not lstsq.is_active("TestCommon", "test_errors", "sim", torch.float64, {})
+    (decorator,) = lstsq.decorators
+    assert decorator(lambda: None).tolerance_overrides == {torch.float64: (1e-3, 1e-4)}  # what torch's tests read
+    for change, message in (({"action": "ignore"}, "the override of linalg.lstsq has the unknown action 'ignore'"),
+                            ({"dtypes": None}, "the tolerance override of linalg.lstsq names no dtypes")):
+        bad = copy.deepcopy(data)
+        bad["op_overrides"]["linalg.lstsq"][0].update(change)
+        with pytest.raises(ValueError, match=message):
+            torch_test_configs(bad)
+
+
 def test_a_bad_configuration_file_is_refused_in_one_line(tmp_path):
     import pytest
 

@@ -82,7 +82,7 @@ def test_a_snapshot_of_toy_drills_into_toys_tables_not_sims(fixture_backend_env,
         widget.drill.value = operator
         assert widget.drilled is not None and list(widget.drilled.data[0].x) == ["CPU", "PrivateUse1"]
         hovers = hover_texts(widget.drilled)
-        assert "toy.cpp" in hovers and "backend/csrc" not in hovers  # toy's registrations, none of sim's
+        assert "toy.cpp" in hovers and "backend/torch_sim/csrc" not in hovers  # toy's registrations, none of sim's
     backend = {entry.key: entry for entry in snapshot.operator_tables("aten::flip")["PrivateUse1"]}["Backend"]
     assert backend.kind == "fallback" and "toy.cpp" in backend.provenance
     sims = {entry.key: entry for entry in backend_tables("aten::flip", ("PrivateUse1",))["PrivateUse1"]}["Backend"]

@@ -29,7 +29,7 @@ def test_provenance_names_the_registering_file():
     sim_add = dispatch_table("add.Tensor", ["PrivateUse1"])[0]
     assert sim_add.file.endswith("operators_direct.cpp") and sim_add.line > 0  # a direct kernel
     # the file as it sits in the project, with no folder of this machine
-    assert sim_add.provenance == f"backend/csrc/{Path(sim_add.file).name}:{sim_add.line}"
+    assert sim_add.provenance == f"backend/torch_sim/csrc/{Path(sim_add.file).name}:{sim_add.line}"
     assert dispatch_table("add.Tensor", ["CPU"])[0].provenance.startswith("build/aten/src/ATen/RegisterCPU")
     silu = dispatch_table("silu", ["AutogradPrivateUse1"])[0]
     assert silu.is_python and silu.file.endswith("autograd.py")

@@ -163,7 +163,7 @@ def test_a_template_that_cannot_start_says_why_in_one_line(tmp_path):
 def test_only_a_few_templates_are_kept():
     for number in range(forkserver.MAX_SERVERS + 2):  # a variable torch's import might read: a template each
         forkserver.run(["-c", "pass"], dict(ENV, TEMPLATE_NUMBER=str(number)), timeout=60)
-    assert len(forkserver._SERVERS) == forkserver.MAX_SERVERS
+    assert len(forkserver.kept_templates()) == forkserver.MAX_SERVERS
 
 
 @pytest.mark.parametrize("warnings", ["", "ignore", "error::DeprecationWarning,default::UserWarning",
@@ -173,7 +173,7 @@ def test_requests_that_differ_only_in_what_a_child_sets_again_share_a_template_a
                "print(os.environ['SIM_MARK'], faulthandler.is_enabled(), sys.warnoptions, warnings.filters)")
     env = dict(ENV, PYTHONWARNINGS=warnings, PYTHONFAULTHANDLER="1" if warnings else "", SIM_MARK=warnings or "none",
                TORCH_DEVICE_BACKEND_AUTOLOAD="0")
-    before = len(forkserver._SERVERS)
+    before = len(forkserver.kept_templates())
     forked = forkserver.run(["-c", program], env, timeout=60)
     fresh = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=60)
     assert forked.returncode == fresh.returncode == 0, forked.stderr + fresh.stderr
@@ -182,7 +182,23 @@ def test_requests_that_differ_only_in_what_a_child_sets_again_share_a_template_a
                                      for run in (forked, fresh))
     assert forked_rejects == fresh_rejects and len(fresh_rejects) == (3 if "bogus" in warnings else 0)
     forkserver.run(["-c", "pass"], dict(env, PYTHONWARNINGS="always", JPY_SESSION_NAME="x", SIM_MARK="other"), 60)
-    assert len(forkserver._SERVERS) <= max(before, 1)
+    assert len(forkserver.kept_templates()) <= max(before, 1)
+
+
+def test_kinetos_log_level_is_read_by_the_child_at_its_first_profile_so_templates_are_shared():
+    program = ("import torch\nfrom torch.profiler import profile\nwith profile():\n    torch.ones(2) + 1\n"
+               "print('profiled')")
+    env = dict(ENV, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    for level, kineto_logs in (("4", True), ("6", False)):  # 4: errors, and its USDT markers that rank above them
+        request = dict(env, KINETO_LOG_LEVEL=level)
+        forked = forkserver.run(["-c", program], request, timeout=60)
+        fresh = subprocess.run([sys.executable, "-c", program], env=request, capture_output=True, text=True, timeout=60)
+        assert forked.stdout == fresh.stdout == "profiled\n", forked.stderr + fresh.stderr
+        assert ("profiler_start" in forked.stderr) == ("profiler_start" in fresh.stderr) == kineto_logs
+    assert forkserver.fork_server(dict(env, KINETO_LOG_LEVEL="4")).address == forkserver.fork_server(env).address
+    # with the daemon on, importing torch initialises kineto, so the template has read the level
+    daemon = dict(env, KINETO_USE_DAEMON="1", KINETO_LOG_LEVEL="4")
+    assert forkserver.startup_environment(daemon)["KINETO_LOG_LEVEL"] == "4"
 
 
 def test_a_shared_template_starts_children_in_the_environment_its_caller_asked_for():
@@ -221,7 +237,7 @@ def test_an_advertised_template_serves_requests_that_suit_it_and_only_those(monk
         assert forkserver.fork_server(ENV, preload=("xml.dom.minidom",)).address != own.address  # not preloaded
         assert forkserver.fork_server(dict(ENV, TEMPLATE_NUMBER="9")).address != own.address  # read at start-up
     finally:
-        for server in forkserver._SERVERS.values():
+        for server in forkserver.kept_templates():
             server.close()
         own.close()
 

@@ -31,7 +31,7 @@ def page_text(page: str) -> str:
 def test_every_guide_step_has_an_excerpt_of_the_template():
     excerpts = vendor_excerpts()
     missing = [step.name for step in GUIDE if not excerpts.get(step.name)]
-    assert not missing, f"guide steps with no [guide: STEP] region in explorer/vendor_template: {missing}"
+    assert not missing, f"guide steps with no [guide: STEP] region in explorer/pu1_explorer/vendor_template: {missing}"
     for step in GUIDE:
         for excerpt in excerpts[step.name]:
             assert excerpt.step == step.name and excerpt.device == DEVICE and excerpt.text.strip()

@@ -12,7 +12,7 @@ import pu1_explorer
 EXPLORER = Path(pu1_explorer.__file__).parent
 
 
-PROJECT = EXPLORER.parent
+PROJECT = EXPLORER.parents[1]
 
 
 def _is_sim(module: str) -> bool:
@@ -78,9 +78,45 @@ def _product_sources() -> dict[str, str]:
 
 def test_the_product_imports_nothing_of_the_tests():
     sources = _product_sources()
-    assert "backend/steps.py" in sources and "notebooks/06_scorecard.ipynb" in sources
+    assert "backend/torch_sim/steps.py" in sources and "notebooks/06_scorecard.ipynb" in sources
     offenders = {path: sim_imports(source, _is_tests) for path, source in sources.items()}
     assert {path: names for path, names in offenders.items() if names} == {}
     makefile = (PROJECT / "Makefile").read_text().split("\n$(VENV)/.installed:", 1)[1]
     setup_recipe = [line for line in makefile.splitlines()[1:40] if line.startswith("\t")]
     assert setup_recipe and not [line for line in setup_recipe if "tests." in line or "tests/" in line]
+
+
+DISPATCHER = EXPLORER / "dispatcher.py"
+
+
+def dispatcher_calls(source: str) -> list[str]:
+    """The dispatcher introspection functions (`torch._C._dispatch_*`) a Python source names: as attributes
+    (`torch._C._dispatch_keys`, `C._dispatch_keys`), imported (`from torch._C import _dispatch_keys`) or looked
+    up by a constant name (`getattr(torch._C, "_dispatch_keys")`)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_dispatch_"):
+            found.append(node.attr)
+        elif isinstance(node, ast.ImportFrom):
+            found += [alias.name for alias in node.names if alias.name.startswith("_dispatch_")]
+        elif (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr" and len(node.args) > 1
+              and isinstance(node.args[1], ast.Constant) and str(node.args[1].value).startswith("_dispatch_")):
+            found.append(node.args[1].value)
+    return found
+
+
+def test_the_check_finds_every_way_of_naming_a_dispatcher_function():
+    source = ("import torch\nfrom torch import _C as C\nfrom torch._C import _dispatch_keys\n"
+              "torch._C._dispatch_dump_table('aten::add')\nC._dispatch_get_all_op_names()\n"
+              "getattr(torch._C, '_dispatch_library')\ntorch._C._get_privateuse1_backend_name()\n"
+              "'torch._C._dispatch_keys in a string'\n")
+    assert sorted(dispatcher_calls(source)) == ["_dispatch_dump_table", "_dispatch_get_all_op_names", "_dispatch_keys",
+                                                "_dispatch_library"]
+
+
+def test_only_the_dispatcher_module_calls_torchs_dispatcher_functions():
+    files = sorted(EXPLORER.rglob("*.py"))
+    assert DISPATCHER in files and dispatcher_calls(DISPATCHER.read_text())
+    offenders = {str(path.relative_to(EXPLORER)): dispatcher_calls(path.read_text())
+                 for path in files if path != DISPATCHER}
+    assert {path: names for path, names in offenders.items() if names} == {}

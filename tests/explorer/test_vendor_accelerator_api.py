@@ -47,7 +47,7 @@ def test_the_generated_backend_reports_the_dtypes_its_device_holds(vendor_backen
     assert {"torch.float32", "torch.float64", "torch.float16", "torch.bfloat16", "torch.int64", "torch.bool",
             "torch.complex64"} <= set(out["dtypes"]), out
     assert not {"torch.qint8", "torch.quint8", "torch.qint32"} & set(out["dtypes"]), out
-    assert out["refusal"].startswith(pytorchs_out_of_range_sentence() + ". It must be in [0, 2), but got 9."), out
+    assert out["refusal"].startswith(pytorchs_out_of_range_sentence() + "2), but got 9."), out
 
 
 def test_the_generated_backend_refuses_binary_cross_entropy_under_autocast(vendor_backend):  # noqa: F811

@@ -1,4 +1,6 @@
 """The widgets as objects: set values, click buttons, check the figure data and the HTML they leave."""
+import re
+
 import pytest
 import torch
 
@@ -6,6 +8,7 @@ from pu1_explorer.widgets import (CoverageExplorer, DispatchTable, DispatchVisua
                               MemoryMonitor, guide_step)
 from pu1_explorer.op_coverage import core_operators
 from pu1_explorer.widgets.figures import compare_figure, trace_figure
+from pu1_explorer.widgets.base import escape
 from torch_sim import GUIDE
 
 
@@ -117,7 +120,7 @@ def test_monitor_reports_a_failing_step():
 
 def test_guide_stepper_moves_and_checks():
     widget = GuideStepper(GUIDE, start="generator")
-    assert "Step 7" in widget.body.value and "backend/generator.py" in widget.body.value
+    assert "Step 7" in widget.body.value and "backend/torch_sim/generator.py" in widget.body.value
     widget.check_button.click()
     check = widget.checks["generator"]
     assert check.demonstrates_the_step and "implement `getNewGenerator`" in check.before  # PyTorch's own error
@@ -152,7 +155,10 @@ def test_a_guide_step_page_checks_its_step_and_shows_the_check_program():
     page = guide_step(GUIDE, "guard")
     assert [step.name for step in page.steps] == ["guard"] and page.checks["guard"].demonstrates_the_step
     assert "set_device_index" in page.body.value and "not linked with support for sim" in page.body.value
-    assert "backend/csrc/guard.cpp" in page.static_html() and "C10_REGISTER_GUARD_IMPL" in page.static_html()
+    assert "backend/torch_sim/csrc/guard.cpp" in page.static_html() and "C10_REGISTER_GUARD_IMPL" in page.static_html()
+    # the site shows the error before the step as text, outside every element a reader has to unfold
+    unfolded = re.sub(r"<details.*?</details>", "", page.static_html(), flags=re.DOTALL)
+    assert "<details" not in unfolded and escape(page.checks["guard"].before) in unfolded
 
 
 def test_the_guide_takes_any_backends_steps_as_data(tmp_path):
@@ -235,7 +241,7 @@ def test_the_memory_chart_leaves_out_series_that_stay_at_zero():
 def test_a_step_page_shows_the_python_module_and_the_cpp_file_highlighted_and_no_raw_markdown():
     page = GuideStepper(GUIDE, start="distributed", only=["distributed"]).static_html()
     assert "<h3>" not in page  # the page's own heading and text say what the step is
-    assert "backend/distributed.py" in page and "backend/csrc/distributed.cpp" in page
+    assert "backend/torch_sim/distributed.py" in page and "backend/torch_sim/csrc/distributed.cpp" in page
     assert "c10d::Backend" in page and "<span style=" in page  # the real C++, highlighted
     assert "white-space:pre;" in page and "pre-wrap" not in page.split("The code of this step")[1]
     live = GuideStepper(GUIDE, start="distributed").body.value

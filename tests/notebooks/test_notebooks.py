@@ -1,4 +1,4 @@
-"""The notebooks: committed without outputs, and each one runs top to bottom in a fresh kernel."""
+"""The notebooks: committed without outputs, and each one runs top to bottom in a fresh kernel, logging nothing."""
 import subprocess
 import sys
 from pathlib import Path
@@ -41,3 +41,8 @@ def test_notebook_runs_top_to_bottom(notebook):
     NotebookClient(executed, km=manager, timeout=300, allow_errors=False,
                    resources={"metadata": {"path": str(notebook.parent)}}).execute()
     assert all(cell.get("execution_count") for cell in executed.cells if cell.cell_type == "code")
+    from tests.notebooks.test_site import load_hook
+
+    stderr = "".join(output.get("text", "") for cell in executed.cells if cell.cell_type == "code"
+                     for output in cell.get("outputs", []) if output.get("name") == "stderr")
+    assert load_hook("notebooks").log_lines(stderr) == []  # JupyterLab shows a cell's stderr as the site does

@@ -113,6 +113,36 @@ def test_the_link_check_finds_a_dead_link(tmp_path):
     assert load_hook("notebooks").dead_links(tmp_path) == ["guide/index.html: ../notebooks/missing/"]
 
 
+def test_the_log_line_check_finds_what_cpp_libraries_log_and_nothing_else():
+    log_lines = load_hook("notebooks").log_lines
+    logged = ["USDT:2026-11-27 00:30:40 25339:25339 SyncActivityProfilerHandler.cpp:52] profiler_start",
+              "STAGE:2026-11-27 00:30:40 25339:25339 ActivityProfilerController.cpp:311] Completed Stage: Warm Up",
+              "[W1127 00:30:40.123456789 ProcessGroupGloo.cpp:516] Warning: Unable to resolve hostname",
+              "[rank0]:[W1127 00:30:40.123 socket.cpp:759] [c10d] The client socket has failed to connect",
+              "I1127 00:30:40.123456 12345 logging.cc:42] glog's own format"]
+    quiet = ["/work/main/notebooks/x.py:3: UserWarning: a Python warning, which the warning check handles",
+             "RuntimeError: Graph is not supported on device type: sim", "[W] a bracket alone is no log line",
+             "progress: 3/10 [00:01<00:02]"]
+    assert log_lines("\n".join(quiet + logged)) == logged
+    assert log_lines("") == [] and log_lines("\n".join(quiet)) == []
+
+
+def test_the_log_line_check_reads_the_stderr_outputs_of_a_built_page(tmp_path):
+    (tmp_path / "guide").mkdir()
+    stderr = ('<div class="jp-RenderedText jp-OutputArea-output" data-mime-type="application/vnd.jupyter.stderr" '
+              'tabindex="0">\n<pre>USDT:2026-11-27 00:30:40 1:1 SyncActivityProfilerHandler.cpp:52] profiler_start\n'
+              '</pre>\n</div>')
+    prose = "<p>kineto once printed <code>SyncActivityProfilerHandler.cpp:52] profiler_start</code>.</p>"
+    (tmp_path / "guide" / "index.html").write_text(prose + stderr)
+    (tmp_path / "index.html").write_text(prose)
+    assert load_hook("notebooks").pages_with_log_lines(tmp_path) == [
+        "guide/index.html: USDT:2026-11-27 00:30:40 1:1 SyncActivityProfilerHandler.cpp:52] profiler_start"]
+
+
+def test_no_page_shows_a_line_a_cpp_library_logged(site):
+    assert load_hook("notebooks").pages_with_log_lines(site) == []
+
+
 def test_the_build_ends_a_notebooks_kernel_at_once_after_its_last_cell(tmp_path, monkeypatch):
     # not with ipykernel's orderly shutdown, which can wait 2.5 s for SIGTERM (see `execute` in the hook)
     from tests.docs.test_forked_kernel import record_kernels

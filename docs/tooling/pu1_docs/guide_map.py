@@ -30,7 +30,7 @@ class Interface:
     text: str
     in_sim: tuple[str, ...]
     in_template: tuple[str, ...]
-    # sim's files (under backend/) that implement it, when they are not only the step's own module and C++ file
+    # sim's files (under backend/torch_sim/) that implement it, when they are not only the step's module and C++ files
     sim_files: tuple[str, ...] = ()
 
 
@@ -110,9 +110,9 @@ class GuideMapError(ValueError):
 
 def _sim_texts(step: Any, interface: Interface) -> dict[str, str]:
     package = Path(step.module_path).parent
-    paths = [package / name for name in interface.sim_files] or [step.module_path, step.cpp_path]
-    return {f"backend/{Path(path).relative_to(package).as_posix()}": Path(path).read_text()
-            for path in paths if path is not None}
+    paths = [package / name for name in interface.sim_files] or [step.module_path, *step.cpp_paths]
+    return {f"backend/torch_sim/{Path(path).relative_to(package).as_posix()}": Path(path).read_text()
+            for path in paths}
 
 
 def _check_names(step_name: str, where: str, names: Sequence[str], texts: Mapping[str, str]) -> None:
@@ -154,9 +154,9 @@ def map_rows(guide: Sequence[Any], coverage: Sequence[Any], template: Mapping[st
         package = Path(step.module_path).parent
         rows.append({"number": step.number, "name": step.name, "title": step.title, "page": guide_page(step),
                      "interface": interface.text, "probes": list(step.probes), "template": files,
-                     "sim_module": f"backend/{Path(step.module_path).relative_to(package).as_posix()}",
-                     "sim_cpp": None if step.cpp_path is None
-                     else f"backend/{Path(step.cpp_path).relative_to(package).as_posix()}",
+                     "sim_module": f"backend/torch_sim/{Path(step.module_path).relative_to(package).as_posix()}",
+                     "sim_cpp": [f"backend/torch_sim/{Path(path).relative_to(package).as_posix()}"
+                                 for path in step.cpp_paths],
                      "coverage": {"counts": dict(measured.counts), "percent": measured.without_fallback_percent,
                                   "autograd": measured.autograd_kernels, "autocast": measured.autocast_kernels}})
     return rows
@@ -214,12 +214,12 @@ def map_markdown(rows: Sequence[Mapping[str, Any]], labels: Mapping[str, str] | 
     link text is its label in `labels` (page -> text, see `nav_labels`) or its number and title."""
     calls = f"what PyTorch calls (torch {torch_version})" if torch_version else "what PyTorch calls"
     lines = ["<div class=\"guide-map\" markdown>", "",
-             f"| step | {calls} | in sim (`backend/`) | in `pu1-explorer new mydev` | scorecard probes "
+             f"| step | {calls} | in sim (`backend/torch_sim/`) | in `pu1-explorer new mydev` | scorecard probes "
              "| what it adds to coverage |", "| --- | --- | --- | --- | --- | --- |"]
     before = None
     for row in rows:
-        prefix = "backend/"
-        sim = (_code(row["sim_cpp"].removeprefix(prefix), _PATH_BREAKS) if row["sim_cpp"]
+        prefix = "backend/torch_sim/"
+        sim = ("<br>".join(_code(path.removeprefix(prefix), _PATH_BREAKS) for path in row["sim_cpp"]) if row["sim_cpp"]
                else f"{_code(row['sim_module'].removeprefix(prefix), _PATH_BREAKS)} (no C++)")
         label = (labels or {}).get(row["page"], f"{row['number']}. {row['title']}")
         cells = (f"[{label}]({row['page']})", row["interface"], sim,

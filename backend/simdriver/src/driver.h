@@ -1,0 +1,170 @@
+// What the driver's source files share: the objects behind the handles, the one driver state and
+// the helpers every entry point uses. Not installed: the API is include/simdriver.h.
+#pragma once
+
+#include "simdriver.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+struct simEvent_st {
+  bool timing = true;
+  uint64_t recorded_generation = 0;   // one more per simEventRecord call
+  uint64_t completed_generation = 0;  // the newest record the executor has reached
+  int64_t clock_ns = 0;               // the device clock at that record
+  int device = -1;                    // the device of the newest record
+};
+
+namespace simdriver {
+
+constexpr int kMaxDevices = 64;
+constexpr int kPriorityLeast = 0;
+constexpr int kPriorityGreatest = -2;
+constexpr size_t kAlignment = 256;
+
+// One unit of a stream's work.
+struct Task {
+  enum class Kind { Kernel, Copy, Memset, Record, Wait, Free };
+  Kind kind = Kind::Kernel;
+  std::string name;  // the kernel's name, or what the task is ("copy", "memset") in messages
+  simKernelFunc_t kernel = nullptr;
+  std::shared_ptr<unsigned char[]> args_copy;  // the launch's copy of the kernel's arguments
+  void* args = nullptr;                        // what the kernel receives
+  simKernelArgsRelease_t release = nullptr;
+  void* dst = nullptr;
+  const void* src = nullptr;
+  size_t bytes = 0;
+  int value = 0;
+  std::unique_ptr<unsigned char[]> staging;  // a pageable source's bytes, copied at submission
+  std::shared_ptr<simEvent_st> event;
+  uint64_t generation = 0;  // Record: the generation it completes; Wait: the one it waits for
+};
+
+// Runs the release callback of a task that will never run, or has run.
+void release_task(Task& task);
+
+}  // namespace simdriver
+
+struct simStream_st {
+  int device = 0;
+  int priority = simdriver::kPriorityLeast;
+  unsigned long long id = 0;
+  bool is_default = false;
+  bool destroyed = false;  // its handle is gone; it lives until its queue has drained
+  std::deque<simdriver::Task> queue;
+  uint64_t submitted = 0;  // tasks ever queued; the n-th has finished once completed >= n
+  uint64_t completed = 0;
+  uint64_t last_served = 0;  // the executor's round-robin order among equal priorities
+};
+
+// A device's primary context: the device's memory and default stream.
+struct simContext_st {
+  int device = 0;
+  bool active = false;
+  char* base = nullptr;   // the device's reserved address range
+  size_t reserved = 0;
+  size_t limit = 0;       // simDeviceSetMemoryLimit
+  size_t used = 0;
+  bool open_for_executor = false;                 // discrete memory: mprotect'ed readable and writable
+  std::map<size_t, size_t> free_ranges;           // offset -> bytes
+  struct Allocation {
+    size_t size;       // rounded up to kAlignment: what it takes of the range
+    size_t requested;  // what simMalloc was asked for: what copies may reach
+  };
+  std::map<size_t, Allocation> allocations;       // by offset
+  std::shared_ptr<simStream_st> default_stream;
+  simStatus_t pending_error = simSuccess;         // a kernel's failure, until a synchronising call returns it
+  std::string pending_message;
+};
+
+namespace simdriver {
+
+struct Config {
+  int device_count = 2;
+  size_t memory_capacity = size_t(8) << 30;
+  bool discrete = false;
+  bool launch_blocking = false;
+};
+
+struct Driver {
+  std::mutex mutex;                    // guards everything below
+  std::condition_variable work;        // the executor waits here for ready work
+  std::condition_variable done;        // callers wait here for finished work
+  Config config;
+  std::chrono::steady_clock::time_point epoch;  // the device clock's zero
+  std::vector<std::unique_ptr<simContext_st>> devices;
+  std::vector<std::shared_ptr<simStream_st>> streams;  // every stream with a handle or queued work
+  std::unordered_map<const simStream_st*, std::shared_ptr<simStream_st>> stream_handles;
+  std::unordered_map<const simEvent_st*, std::shared_ptr<simEvent_st>> event_handles;
+  std::map<uintptr_t, size_t> pinned;  // simMallocHost blocks: start -> bytes
+  unsigned long long next_stream_id = 0;
+  uint64_t serve_counter = 0;
+  std::thread executor;
+  std::atomic<bool> stopping{false};  // the process is exiting: no new work
+  bool executor_stopped = false;
+  std::string running_task;       // the name of the task the executor runs, for the exit message
+};
+
+// The driver's state; valid once enter() has succeeded.
+Driver& driver();
+
+// Every entry point starts here: initialises the driver on first use, and refuses in a forked
+// child, after a failed initialisation or after shutdown (unless `after_shutdown_ok`).
+simStatus_t enter(bool after_shutdown_ok = false);
+// Records the calling thread's last error and returns `status`.
+simStatus_t fail(simStatus_t status, const std::string& message);
+bool on_executor_thread();
+// simErrorNotPermitted for a call that waits, made by a kernel (it would wait for itself).
+simStatus_t refuse_on_executor(const char* call);
+int current_device();
+std::string hex(const void* pointer);
+std::string format_bytes(size_t bytes);
+
+// Under the driver's mutex: ------------------------------------------------------------
+// The device's context, reserving its memory and creating its default stream on first use; nullptr
+// after recording the error in `status`.
+simContext_st* activate_device(int device, simStatus_t* status);
+// NULL: the current device's default stream. nullptr after recording the error in `status`.
+std::shared_ptr<simStream_st> resolve_stream(simStream_t stream, simStatus_t* status);
+// Queues a task and wakes the executor; returns the task's number within its stream.
+uint64_t submit(const std::shared_ptr<simStream_st>& stream, Task task);
+// Waits until the stream has finished its `sequence`-th task.
+void wait_for_task(std::unique_lock<std::mutex>& lock, const std::shared_ptr<simStream_st>& stream,
+                   uint64_t sequence);
+// Waits until every stream of the device has finished what was queued before the call.
+void wait_for_device(std::unique_lock<std::mutex>& lock, int device);
+// The device's pending kernel failure, returned once (as the caller's error) and then cleared.
+simStatus_t take_pending_error(int device);
+// After submitting: with SIM_LAUNCH_BLOCKING=1, waits for the task and returns the pending error.
+simStatus_t finish_submission(std::unique_lock<std::mutex>& lock, const std::shared_ptr<simStream_st>& stream,
+                              uint64_t sequence);
+int64_t device_clock_ns();
+
+// Memory (memory.cpp), under the driver's mutex: -----------------------------------------
+simStatus_t reserve_device_memory(simContext_st& device);
+// Discrete memory: the SIGSEGV handler that names sim's device memory (installed once, at initialisation).
+void install_memory_guard();
+// Opens (or closes) every active device's memory to the executor, for discrete memory.
+void open_device_memory();
+void close_device_memory();
+// Frees the allocation starting at `pointer` (a queued simFreeAsync); nothing if there is none.
+void release_allocation_at(void* pointer);
+
+// Runs a kernel task on the executor; non-zero: it failed, and `message` may say why (launch.cpp).
+int run_kernel(Task& task, std::string* message);
+
+// The executor (stream.cpp).
+void start_executor();
+void stop_executor_at_exit();
+
+}  // namespace simdriver

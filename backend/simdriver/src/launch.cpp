@@ -1,0 +1,78 @@
+// Kernel launch: a host function and a copy of its arguments, queued on a stream, run by the
+// executor; a kernel that fails reports a code and, if it likes, a message.
+#include "driver.h"
+
+#include <cstring>
+#include <exception>
+
+namespace {
+
+using simdriver::driver;
+using simdriver::fail;
+
+thread_local bool t_in_kernel = false;
+thread_local std::string t_kernel_message;
+
+}  // namespace
+
+namespace simdriver {
+
+int run_kernel(Task& task, std::string* message) {
+  t_kernel_message.clear();
+  t_in_kernel = true;
+  int code = 0;
+  try {
+    code = task.kernel(task.args);
+  } catch (const std::exception& error) {
+    code = -1;
+    t_kernel_message = std::string("it threw a C++ exception: ") + error.what();
+  } catch (...) {
+    code = -1;
+    t_kernel_message = "it threw a C++ exception";
+  }
+  t_in_kernel = false;
+  *message = t_kernel_message;
+  return code;
+}
+
+void release_task(Task& task) {
+  if (task.kind == Task::Kind::Kernel && task.release != nullptr) task.release(task.args);
+  task.release = nullptr;
+}
+
+}  // namespace simdriver
+
+extern "C" {
+
+simStatus_t simLaunchKernel(simStream_t stream, const char* name, simKernelFunc_t kernel, const void* args,
+                            size_t args_bytes, simKernelArgsRelease_t release) {
+  if (simStatus_t status = simdriver::enter(); status != simSuccess) return status;
+  if (kernel == nullptr) return fail(simErrorInvalidValue, "simLaunchKernel: kernel is NULL");
+  if (name == nullptr || *name == '\0')
+    return fail(simErrorInvalidValue, "simLaunchKernel: the kernel needs a name (errors name it), got none");
+  if (args == nullptr && args_bytes > 0)
+    return fail(simErrorInvalidValue, "simLaunchKernel: args is NULL but args_bytes is " + std::to_string(args_bytes));
+  simdriver::Task task;
+  task.kind = simdriver::Task::Kind::Kernel;
+  task.name = name;
+  task.kernel = kernel;
+  task.release = release;
+  if (args_bytes > 0) {
+    task.args_copy.reset(new unsigned char[args_bytes]);
+    std::memcpy(task.args_copy.get(), args, args_bytes);
+    task.args = task.args_copy.get();
+  } else {
+    task.args = const_cast<void*>(args);
+  }
+  std::unique_lock<std::mutex> lock(driver().mutex);
+  simStatus_t status = simSuccess;
+  auto target = simdriver::resolve_stream(stream, &status);
+  if (target == nullptr) return status;
+  return simdriver::finish_submission(lock, target, simdriver::submit(target, std::move(task)));
+}
+
+void simKernelSetErrorMessage(const char* message) {
+  if (t_in_kernel) t_kernel_message = message == nullptr ? "" : message;
+}
+
+}  // extern "C"

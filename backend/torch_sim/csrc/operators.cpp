@@ -1,0 +1,675 @@
+// Step 5, operators: the minimal kernels, sim's own kernels, and a fallback for everything else.
+//
+// A vendor registers kernels for the PrivateUse1 key with TORCH_LIBRARY_IMPL(aten, PrivateUse1, m):
+// first the minimal set every device needs (empty, empty_strided, as_strided, view, resize_,
+// _copy_from, _local_scalar_dense, set_), then real kernels, and a boxed fallback for the operators
+// that have none (m.fallback on the "_" namespace). sim has no device code: every kernel runs the
+// host's (CPU) kernel on device memory in place, through compute_on_host below; the fallback does
+// the same, and counts and reports each operator it catches.
+#include "sim.h"
+#include "graphs.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/native/Resize.h>
+#include <ATen/native/transformers/attention.h>
+#include <ATen/native/transformers/sdp_utils_cpp.h>
+#include <ATen/ops/_fused_sdp_choice_ops.h>
+#include <c10/util/ApproximateClock.h>
+#include <c10/util/SmallVector.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace sim {
+
+// ------------------------------------------------------------ storage
+void grow_storage(const c10::Storage& storage, size_t new_bytes) {
+  if (new_bytes <= storage.nbytes()) return;
+  DeviceIndex device = storage.device().type() == kSim ? storage.device().index() : t_current_device;
+  DeviceIndex previous = t_current_device;
+  t_current_device = device;
+  c10::DataPtr fresh;
+  try {
+    fresh = device_allocator().allocate(new_bytes);
+  } catch (...) {
+    t_current_device = previous;
+    throw;
+  }
+  t_current_device = previous;
+  if (storage.nbytes() > 0 && storage.data() != nullptr) std::memcpy(fresh.get(), storage.data(), storage.nbytes());
+  auto* impl = storage.unsafeGetStorageImpl();
+  impl->set_data_ptr_noswap(std::move(fresh));
+  impl->set_nbytes(new_bytes);
+}
+
+// ------------------------------------------------------- host computation
+// Host kernels compute on device memory in place: a sim tensor is shown to them as
+// a CPU tensor whose storage points at the same bytes (and keeps the device
+// storage alive), so nothing is copied in either direction.
+// The host storage's context is the device StorageImpl itself, holding one reference (no allocation).
+static void release_storage_reference(void* context) {
+  c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(context));
+}
+
+static c10::Storage host_view_of_storage(const c10::Storage& device_storage) {
+  c10::StorageImpl* keep_alive = device_storage.unsafeGetStorageImpl();
+  c10::raw::intrusive_ptr::incref(keep_alive);
+  c10::DataPtr data(keep_alive->mutable_data(), keep_alive, &release_storage_reference, c10::Device(c10::kCPU));
+  return c10::Storage(c10::Storage::use_byte_size_t(), device_storage.nbytes(), std::move(data),
+                      redirecting_cpu_allocator(), device_storage.resizable());
+}
+
+static at::Tensor tensor_on_storage(c10::Storage storage, c10::DispatchKey key, const at::Tensor& geometry) {
+  auto result = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key),
+                                                         geometry.dtype());
+  result.unsafeGetTensorImpl()->set_sizes_and_strides(geometry.sizes(), geometry.strides(),
+                                                      geometry.storage_offset());
+  if (geometry.is_conj()) result._set_conj(true);
+  if (geometry.is_neg()) result._set_neg(true);
+  return result;
+}
+
+static void check_strided(const at::Tensor& t) {
+  TORCH_CHECK(t.layout() == c10::kStrided, "sim supports strided tensors only, got layout ", t.layout());
+}
+
+static at::Tensor host_alias(const at::Tensor& t) {
+  if (!t.defined() || t.device().type() != kSim) return t;
+  check_strided(t);
+  return tensor_on_storage(host_view_of_storage(t.storage()), c10::DispatchKey::CPU, t);
+}
+
+at::Tensor host_view(const at::Tensor& device_tensor) { return host_alias(device_tensor); }
+
+// Takes over a host tensor whose bytes the sim allocator handed out (a fresh output
+// of a host kernel) as a sim tensor, without copying.
+static at::Tensor wrap_device_storage(const at::Tensor& host, c10::Device device) {
+  auto* storage = host.storage().unsafeGetStorageImpl();
+  storage->mutable_data_ptr().unsafe_set_device(device);
+  storage->set_allocator(&device_allocator());
+  return tensor_on_storage(host.storage(), c10::DispatchKey::PrivateUse1, host);
+}
+
+// Everything a host kernel needs to compute for one device.
+struct HostScope {
+  c10::DeviceGuard device_guard;
+  DeviceIndex previous_redirect;
+  c10::impl::ExcludeDispatchKeyGuard no_autograd{c10::autograd_dispatch_keyset_with_ADInplaceOrView};
+  explicit HostScope(c10::Device device)
+      : device_guard(device), previous_redirect(exchange_host_redirect(device.index())) {}
+  ~HostScope() { exchange_host_redirect(previous_redirect); }
+};
+
+static at::Tensor to_device(const at::Tensor& host, c10::Device device) {
+  if (!host.defined() || host.device().type() == kSim) return host;
+  check_strided(host);
+  if (is_sim_memory(host.storage())) return wrap_device_storage(host, device);
+  c10::DeviceGuard guard(device);  // the copy lands on the device of the call, not the current one
+  at::Tensor result = at::detail::empty_strided_generic(host.sizes(), host.strides(), &device_allocator(),
+                                                  c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                                  host.scalar_type());
+  host_alias(result).copy_(host);
+  return result;
+}
+
+std::string qualified_operator_name(const c10::OperatorHandle& op) {
+  const auto& name = op.schema().operator_name();
+  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+}
+
+std::string sim_kernel_name(const std::string& qualified_name) {
+  return "sim::" + qualified_name.substr(qualified_name.find("::") + 2);
+}
+
+struct OperatorEntry {
+  std::string name;
+  std::string kernel_name;  // its kernel in profiler traces: "sim::mm" for aten::mm
+  bool takes_host_indices = false;  // like CUDA, indexing accepts index tensors that live on the host
+  bool has_host_kernel = false;
+  bool is_random = false;
+  std::vector<int> generator_arguments;  // Generator? arguments, filled in from the device generator
+};
+static std::mutex g_operator_entries_mutex;
+static std::unordered_map<const c10::FunctionSchema*, OperatorEntry> g_operator_entries;
+
+static OperatorEntry& filled_operator_entry(const c10::OperatorHandle& op) {
+  std::lock_guard<std::mutex> lock(g_operator_entries_mutex);
+  auto& entry = g_operator_entries[&op.schema()];
+  if (entry.name.empty()) {
+    const auto& name = op.schema().operator_name();
+    entry.name = qualified_operator_name(op);
+    entry.kernel_name = sim_kernel_name(entry.name);
+    const auto& arguments = op.schema().arguments();
+    for (size_t i = 0; i < arguments.size(); ++i) {
+      auto type = arguments[i].real_type();
+      if (type->kind() == c10::TypeKind::OptionalType)
+        type = type->castRaw<c10::OptionalType>()->getElementType();
+      if (type->kind() == c10::TypeKind::GeneratorType) entry.generator_arguments.push_back(static_cast<int>(i));
+    }
+    entry.is_random = op.hasTag(at::Tag::nondeterministic_seeded);
+    static const std::unordered_set<std::string> indexing{"index", "index_put", "index_put_", "_index_put_impl_",
+                                                          "_unsafe_index", "_unsafe_index_put"};
+    entry.takes_host_indices = indexing.count(name.name.substr(name.name.find("::") + 2)) > 0;
+    entry.has_host_kernel = op.hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
+                            op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+                            op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) ||
+                            op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional);
+  }
+  return entry;
+}
+
+// Every call looks its operator up: a small per-thread cache of filled entries (whose addresses never change,
+// the map's nodes being stable) spares the lock and the hash of the shared map.
+static OperatorEntry& operator_entry(const c10::OperatorHandle& op) {
+  struct Slot {
+    const c10::FunctionSchema* schema = nullptr;
+    OperatorEntry* entry = nullptr;
+  };
+  constexpr size_t kSlots = 256;
+  thread_local Slot slots[kSlots];
+  const c10::FunctionSchema* schema = &op.schema();
+  Slot& slot = slots[(reinterpret_cast<uintptr_t>(schema) >> 4) % kSlots];
+  if (slot.schema != schema) slot = {schema, &filled_operator_entry(op)};
+  return *slot.entry;
+}
+
+struct DeviceOfArguments {
+  std::optional<c10::Device> device;
+  std::optional<c10::Device> host_tensor;  // a CPU tensor that is not a scalar
+  void see(const at::Tensor& t, const std::string& op_name) {
+    if (!t.defined()) return;
+    if (t.device().type() == kSim) {
+      if (device && *device != t.device()) mismatch(*device, t.device(), op_name);
+      device = t.device();
+    } else if (t.device().is_cpu() && t.dim() > 0) {
+      host_tensor = t.device();
+    }
+  }
+  [[noreturn]] static void mismatch(c10::Device a, c10::Device b, const std::string& op_name) {
+    TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, ", a,
+                " and ", b, "! (in ", op_name, "; move them with .to(device) first)");
+  }
+};
+
+// The host aliases of one operator call, and the way back from host results to
+// sim tensors: the argument itself (in-place and out= results), a view of an
+// argument's storage, a fresh output in sim memory, or else a copy.
+struct HostAliases {
+  struct Entry {
+    at::Tensor device_tensor;
+    at::Tensor host_tensor;
+  };
+  // Inline room for the usual few tensors of a call: no heap allocation on the common path.
+  c10::SmallVector<Entry, 4> entries;
+  c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 4> storages;  // host storage -> device storage
+
+  at::Tensor add(const at::Tensor& t) {
+    if (!t.defined() || t.device().type() != kSim) return t;
+    check_strided(t);
+    // The same tensor passed twice (`cat([x, y], out=x)`) gets the same alias: kernels check
+    // overlap by identity first, and an empty tensor overlaps nothing but itself.
+    for (auto& entry : entries)
+      if (entry.device_tensor.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return entry.host_tensor;
+    c10::Storage host_storage;
+    for (auto& [host, device_storage] : storages)
+      if (device_storage.unsafeGetStorageImpl() == t.storage().unsafeGetStorageImpl()) {
+        host_storage = c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(host));
+        break;
+      }
+    if (!host_storage) {
+      host_storage = host_view_of_storage(t.storage());
+      storages.emplace_back(host_storage.unsafeGetStorageImpl(), t.storage());
+    }
+    at::Tensor host = tensor_on_storage(std::move(host_storage), c10::DispatchKey::CPU, t);
+    entries.push_back({t, host});
+    return host;
+  }
+
+  // An out= kernel may have resized its output: the device tensor takes the new
+  // bytes and geometry over.
+  void write_back_resizes(c10::Device device) {
+    for (auto& [host_impl, device_storage] : storages) {
+      if (host_impl->data() == device_storage.data() && host_impl->nbytes() == device_storage.nbytes()) continue;
+      auto* device_impl = device_storage.unsafeGetStorageImpl();
+      if (host_impl->data_ptr().get_deleter() == &sim_free) {
+        c10::DataPtr moved = host_impl->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::kCPU)));
+        moved.unsafe_set_device(device);
+        device_impl->set_data_ptr_noswap(std::move(moved));
+        device_impl->set_nbytes(host_impl->nbytes());
+      } else {
+        grow_storage(device_storage, host_impl->nbytes());
+        std::memcpy(device_impl->mutable_data(), host_impl->data(), host_impl->nbytes());
+      }
+    }
+    for (auto& entry : entries) {
+      auto* host_impl = entry.host_tensor.unsafeGetTensorImpl();
+      auto* device_impl = entry.device_tensor.unsafeGetTensorImpl();
+      if (host_impl->sizes() != device_impl->sizes() || host_impl->strides() != device_impl->strides() ||
+          host_impl->storage_offset() != device_impl->storage_offset())
+        device_impl->set_sizes_and_strides(host_impl->sizes(), host_impl->strides(), host_impl->storage_offset());
+      // a kernel may flip the lazy conjugate or negative bit of its out= tensor
+      if (host_impl->is_conj() != device_impl->is_conj()) device_impl->_set_conj(host_impl->is_conj());
+      if (host_impl->is_neg() != device_impl->is_neg()) device_impl->_set_neg(host_impl->is_neg());
+    }
+  }
+
+  at::Tensor back_to_device(const at::Tensor& host, c10::Device device) {
+    if (!host.defined() || host.device().type() == kSim) return host;
+    for (auto& entry : entries)
+      if (entry.host_tensor.unsafeGetTensorImpl() == host.unsafeGetTensorImpl()) return entry.device_tensor;
+    if (host.layout() == c10::kStrided && host.has_storage()) {
+      for (auto& [host_storage, device_storage] : storages)
+        if (host_storage == host.storage().unsafeGetStorageImpl())
+          return tensor_on_storage(device_storage, c10::DispatchKey::PrivateUse1, host);
+    }
+    return to_device(host, device);
+  }
+};
+
+// ------------------------------------------------------- quantized tensors
+// sim holds no quantized tensors: it has no QuantizedPrivateUse1 kernels (dequantize, int_repr, copy_,
+// printing), so a quantized tensor on sim could not be used. Creating one is refused on each route:
+// a host kernel that returns one (quantize_per_tensor and its siblings) and any operator that reaches
+// the QuantizedPrivateUse1 key (the quantized factories, `.to("sim")` of a quantized CPU tensor).
+[[noreturn]] static void refuse_quantized(const std::string& name, const std::string& dtype) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "\"", name, "\" not implemented for '", dtype, "' on sim: sim holds no quantized "
+      "tensors. Quantize on the CPU, or use the operators PT2E quantization emits "
+      "(torch.ops.quantized_decomposed.*), which run on sim");
+}
+
+static void refuse_quantized_operator(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  const auto& arguments = op.schema().arguments();
+  const size_t first = stack->size() - arguments.size();
+  std::string dtype = "Quantized" + c10::get_privateuse1_backend(true);
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const c10::IValue& value = (*stack)[first + i];
+    if (value.isTensor() && value.toTensor().defined() && value.toTensor().is_quantized()) {
+      dtype = c10::toString(value.toTensor().scalar_type());
+      break;
+    }
+    if (arguments[i].name() == "dtype" && value.isInt() &&
+        c10::isQIntType(static_cast<c10::ScalarType>(value.toInt()))) {
+      dtype = c10::toString(static_cast<c10::ScalarType>(value.toInt()));
+      break;
+    }
+  }
+  refuse_quantized(operator_entry(op).name, dtype);
+}
+
+// Runs an operator's host (CPU) kernel on device memory: the boxed kernel behind
+// the per-op native kernels and the fallback alike.
+void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  OperatorEntry& entry = operator_entry(op);
+  const auto& arguments = op.schema().arguments();
+  const size_t first = stack->size() - arguments.size();
+
+  DeviceOfArguments where;
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const c10::IValue& value = (*stack)[first + i];
+    if (value.isTensor()) {
+      where.see(value.toTensor(), entry.name);
+    } else if (value.isTensorList()) {
+      for (const at::Tensor& t : value.toTensorList()) where.see(t, entry.name);
+    } else if (value.isList()) {
+      for (const c10::IValue& element : value.toListRef())
+        if (element.isTensor()) where.see(element.toTensor(), entry.name);
+    } else if (value.isDevice() && value.toDevice().type() == kSim && !where.device) {
+      where.device = value.toDevice();
+    }
+  }
+  c10::Device device = where.device.value_or(c10::Device(kSim, t_current_device));
+  if (!device.has_index()) device = c10::Device(kSim, t_current_device);
+  if (where.device && where.host_tensor && !entry.takes_host_indices)
+    DeviceOfArguments::mismatch(device, *where.host_tensor, entry.name);
+  TORCH_CHECK_NOT_IMPLEMENTED(entry.has_host_kernel, "'", entry.name,
+      "' has no sim kernel and no host kernel to fall back to. Register a kernel for PrivateUse1 "
+      "with torch.library.impl('", entry.name, "', 'PrivateUse1').");
+  if (any_capture() && capture_kernel(op, stack, device)) return;  // graphs.cpp: recorded, not run
+
+  HostAliases aliases;
+  auto alias = [&](const at::Tensor& t) { return aliases.add(t); };
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    c10::IValue& value = (*stack)[first + i];
+    if (value.isTensor()) {
+      value = alias(value.toTensor());
+    } else if (value.isTensorList()) {
+      auto list = value.toTensorList();
+      for (size_t j = 0; j < list.size(); ++j) list.set(j, alias(list.get(j)));
+    } else if (value.isList()) {
+      auto list = value.toList();
+      for (size_t j = 0; j < list.size(); ++j) {
+        c10::IValue element = list.get(j);
+        if (element.isTensor()) list.set(j, alias(element.toTensor()));
+      }
+    } else if (value.isDevice() && value.toDevice().type() == kSim) {
+      value = c10::Device(c10::kCPU);
+    }
+  }
+  for (int index : entry.generator_arguments) {
+    c10::IValue& value = (*stack)[first + index];
+    if (value.isNone()) {
+      // Random operators already draw from the device's state through DeviceRandomScope.
+      if (generator_installed() && !entry.is_random)
+        value = host_generator_for(default_generator(device.index()));
+    } else if (value.isGenerator() && value.toGenerator().device().type() == kSim) {
+      value = host_generator_for(value.toGenerator());
+    }
+  }
+
+  {
+    HostScope scope(device);
+    DeviceRandomScope random(entry.is_random, device.index());
+    const int64_t start_ns = !inside_direct_kernel() && recording_kernels() ? c10::getTime() : 0;
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+    if (start_ns != 0) record_kernel(entry.kernel_name, start_ns, c10::getTime(), device);
+  }
+
+  aliases.write_back_resizes(device);
+  auto back = [&](const at::Tensor& host) {
+    if (host.defined() && host.is_quantized()) refuse_quantized(entry.name, c10::toString(host.scalar_type()));
+    return aliases.back_to_device(host, device);
+  };
+  const size_t returns = op.schema().returns().size();
+  for (size_t i = stack->size() - returns; i < stack->size(); ++i) {
+    c10::IValue& value = (*stack)[i];
+    if (value.isTensor()) {
+      value = back(value.toTensor());
+    } else if (value.isTensorList()) {
+      auto list = value.toTensorList();
+      for (size_t j = 0; j < list.size(); ++j) list.set(j, back(list.get(j)));
+    }
+  }
+}
+
+static void native_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  compute_on_host(op, stack);
+}
+
+// --------------------------------------------------------------- fallback
+enum class FallbackPolicy : int { warn = 0, silent = 1, error = 2 };
+static std::atomic<int> g_fallback_policy{0};
+static std::mutex g_fallback_mutex;
+static std::unordered_map<std::string, int64_t> g_fallback_counts;
+static std::unordered_set<std::string> g_fallback_warned;
+static PyObject* g_fallback_observer = nullptr;  // called with the op name when set
+
+static void notify_observer(const std::string& name) {
+  if (g_fallback_observer == nullptr) return;
+  pybind11::gil_scoped_acquire gil;
+  if (g_fallback_observer == nullptr) return;
+  PyObject* result = PyObject_CallFunction(g_fallback_observer, "s", name.c_str());
+  if (result == nullptr) {
+    PyErr_Clear();  // an observer must never break the computation it watches
+  } else {
+    Py_DECREF(result);
+  }
+}
+
+static void host_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  const std::string& name = operator_entry(op).name;
+  auto policy = static_cast<FallbackPolicy>(g_fallback_policy.load());
+  TORCH_CHECK_NOT_IMPLEMENTED(policy != FallbackPolicy::error,
+      "The operator '", name, "' has no sim kernel and SIM_FALLBACK=error forbids the host fallback. "
+      "Set SIM_FALLBACK=warn (or torch.sim.set_fallback_policy('warn')) to let it run on the fallback.");
+  bool first_time = false;
+  {
+    std::lock_guard<std::mutex> lock(g_fallback_mutex);
+    g_fallback_counts[name] += 1;
+    if (policy == FallbackPolicy::warn) first_time = g_fallback_warned.insert(name).second;
+  }
+  if (first_time) {
+    TORCH_WARN("The operator '", name, "' has no sim kernel and falls back to the generic host fallback; "
+               "it still computes on device memory, but slower than a kernel would. "
+               "Set SIM_FALLBACK=silent to hide this warning or SIM_FALLBACK=error to forbid the fallback.");
+  }
+  notify_observer(name);
+  compute_on_host(op, stack);
+}
+
+// ----------------------------------------------------- the minimal op set
+static c10::ScalarType requested_dtype(std::optional<c10::ScalarType> dtype) {
+  return dtype.value_or(c10::get_default_dtype_as_scalartype());
+}
+
+static c10::Device device_or_current(std::optional<c10::Device> device) {
+  c10::Device d = device.value_or(c10::Device(kSim, t_current_device));
+  TORCH_CHECK(d.type() == kSim, "sim: expected a sim device, got ", d);
+  return d.has_index() ? d : c10::Device(kSim, t_current_device);
+}
+
+static void check_pin_memory(std::optional<bool> pin_memory) {
+  TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned; sim tensors live on the device.");
+}
+
+at::Tensor sim_empty(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
+                     std::optional<c10::Device> device, std::optional<bool> pin_memory,
+                     std::optional<c10::MemoryFormat> memory_format) {
+  TORCH_CHECK(layout.value_or(c10::kStrided) == c10::kStrided, "sim supports strided tensors only, got layout ",
+              *layout);
+  check_pin_memory(pin_memory);
+  c10::DeviceGuard guard(device_or_current(device));
+  return at::detail::empty_generic(size, &device_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   requested_dtype(dtype), memory_format);
+}
+
+at::Tensor sim_empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
+                             std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                             std::optional<bool> pin_memory) {
+  TORCH_CHECK(layout.value_or(c10::kStrided) == c10::kStrided, "sim supports strided tensors only, got layout ",
+              *layout);
+  check_pin_memory(pin_memory);
+  c10::DeviceGuard guard(device_or_current(device));
+  return at::detail::empty_strided_generic(size, stride, &device_allocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           requested_dtype(dtype));
+}
+
+static size_t bytes_needed(c10::IntArrayRef size, c10::IntArrayRef stride, int64_t offset, size_t itemsize) {
+  int64_t extent = 1;
+  for (size_t i = 0; i < size.size(); ++i) {
+    if (size[i] == 0) return 0;
+    extent += (size[i] - 1) * stride[i];
+  }
+  return static_cast<size_t>((offset + extent) * static_cast<int64_t>(itemsize));
+}
+
+const at::Tensor& sim_resize_(const at::Tensor& self, c10::IntArrayRef size,
+                              std::optional<c10::MemoryFormat> memory_format) {
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_sizes_contiguous(size);
+  if (memory_format && *memory_format != c10::MemoryFormat::Preserve) impl->empty_tensor_restride(*memory_format);
+  grow_storage(self.storage(), bytes_needed(self.sizes(), self.strides(), self.storage_offset(), self.itemsize()));
+  return self;
+}
+
+at::Tensor& sim_set_storage(at::Tensor& self, c10::Storage source, int64_t offset, c10::IntArrayRef size,
+                            c10::IntArrayRef stride) {
+  TORCH_CHECK(source.device().type() == kSim, "sim: set_() needs a sim storage, got one on ", source.device());
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_storage_keep_dtype(source);
+  std::vector<int64_t> strides(stride.begin(), stride.end());
+  if (strides.empty() && !size.empty()) {
+    auto contiguous = c10::contiguous_strides(size);
+    strides.assign(contiguous.begin(), contiguous.end());
+  }
+  impl->set_sizes_and_strides(size, strides, offset);
+  grow_storage(self.storage(), bytes_needed(size, strides, offset, self.itemsize()));
+  return self;
+}
+
+at::Tensor& sim_set_source_storage(at::Tensor& self, c10::Storage source) {
+  int64_t elements = static_cast<int64_t>(source.nbytes() / self.itemsize());
+  return sim_set_storage(self, source, 0, {elements}, {1});
+}
+
+at::Tensor& sim_set_source_tensor(at::Tensor& self, const at::Tensor& source) {
+  if (self.is_same(source)) return self;
+  return sim_set_storage(self, source.storage(), source.storage_offset(), source.sizes(), source.strides());
+}
+
+at::Tensor& sim_set_empty(at::Tensor& self) {
+  c10::DeviceGuard guard(self.device());
+  c10::Storage empty(c10::Storage::use_byte_size_t(), 0, &device_allocator(), /*resizable=*/true);
+  return sim_set_storage(self, empty, 0, {0}, {1});
+}
+
+at::Tensor sim_copy_from(const at::Tensor& self, const at::Tensor& dst, bool) {
+  c10::Device device = self.device().type() == kSim ? self.device() : dst.device();
+  if (any_capture() && capture_copy(self, dst)) return dst;  // graphs.cpp: recorded, not run
+  HostScope scope(device);
+  host_alias(dst).copy_(host_alias(self));
+  return dst;
+}
+
+at::Tensor sim_copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  dst.resize_(self.sizes());
+  return sim_copy_from(self, dst, false);
+}
+
+c10::Scalar sim_local_scalar_dense(const at::Tensor& self) {
+  if (any_capture())
+    refuse_if_capturing(self.device().index(), "aten::_local_scalar_dense (.item(), or a tensor in a Python "
+                        "condition) reads a value that exists only after a replay; read it after the replay");
+  return at::_local_scalar_dense(host_alias(self));
+}
+
+// ------------------------------------------------- convolution (explicit)
+// The outputs are contiguous whatever the layout of the inputs: for a device's *_overrideable convolutions,
+// torch's fake kernels (which torch.compile plans its buffers with) predict the contiguous format, while the host
+// CPU kernel may answer in channels-last; inductor asserts the strides it planned.
+static at::Tensor contiguous_if_defined(const at::Tensor& t) { return t.defined() ? t.contiguous() : t; }
+
+at::Tensor sim_convolution_overrideable(const at::Tensor& input, const at::Tensor& weight,
+                                        const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                                        c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                                        c10::IntArrayRef output_padding, int64_t groups) {
+  DeviceOfArguments where;
+  where.see(input, "convolution_overrideable");
+  where.see(weight, "convolution_overrideable");
+  if (bias) where.see(*bias, "convolution_overrideable");
+  if (any_capture())  // graphs.cpp: recorded, not run
+    if (auto captured = capture_convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
+                                            groups))
+      return *captured;
+  at::Tensor output;
+  {
+    HostScope scope(input.device());
+    std::optional<at::Tensor> host_bias = bias ? std::optional<at::Tensor>(host_alias(*bias)) : std::nullopt;
+    output = at::convolution(host_alias(input), host_alias(weight), host_bias, stride, padding, dilation,
+                             transposed, output_padding, groups).contiguous();
+  }
+  return to_device(output, input.device());
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> sim_convolution_backward_overrideable(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, c10::IntArrayRef stride,
+    c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
+    int64_t groups, std::array<bool, 3> output_mask) {
+  if (any_capture())  // graphs.cpp: recorded, not run
+    if (auto captured = capture_convolution_backward(grad_output, input, weight, stride, padding, dilation, transposed,
+                                                     output_padding, groups, output_mask))
+      return *captured;
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> grads;
+  {
+    HostScope scope(input.device());
+    std::vector<int64_t> bias_sizes{grad_output.size(1)};
+    auto [grad_input, grad_weight, grad_bias] =
+        at::convolution_backward(host_alias(grad_output), host_alias(input), host_alias(weight), bias_sizes, stride,
+                                 padding, dilation, transposed, output_padding, groups, output_mask);
+    grads = {contiguous_if_defined(grad_input), contiguous_if_defined(grad_weight), contiguous_if_defined(grad_bias)};
+  }
+  return {to_device(std::get<0>(grads), input.device()), to_device(std::get<1>(grads), input.device()),
+          to_device(std::get<2>(grads), input.device())};
+}
+
+static at::Tensor sim_refuse_sparse(c10::IntArrayRef, std::optional<c10::ScalarType>, std::optional<c10::Layout> layout,
+                             std::optional<c10::Device>, std::optional<bool>, std::optional<c10::MemoryFormat>) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "sim supports strided (dense) tensors only, got layout ",
+                              layout.value_or(c10::kSparse), "; create the tensor on the CPU instead.");
+}
+
+static void install_minimal_operators() {
+  auto& m = new_library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  m.impl("empty.memory_format", TORCH_FN(sim_empty));
+  m.impl("empty_strided", TORCH_FN(sim_empty_strided));
+  m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
+  m.impl("view", TORCH_FN(at::native::view));
+  m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
+  m.impl("resize_", TORCH_FN(sim_resize_));
+  m.impl("_copy_from", TORCH_FN(sim_copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(sim_copy_from_and_resize));
+  m.impl("_local_scalar_dense", TORCH_FN(sim_local_scalar_dense));
+  m.impl("set_.source_Storage", TORCH_FN(sim_set_source_storage));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(sim_set_storage));
+  m.impl("set_.source_Tensor", TORCH_FN(sim_set_source_tensor));
+  m.impl("set_", TORCH_FN(sim_set_empty));
+  m.impl("convolution_overrideable", TORCH_FN(sim_convolution_overrideable));
+  m.impl("convolution_backward_overrideable", TORCH_FN(sim_convolution_backward_overrideable));
+  auto& sparse = new_library(torch::Library::IMPL, "aten", c10::DispatchKey::SparsePrivateUse1, __FILE__, __LINE__);
+  sparse.impl("empty.memory_format", TORCH_FN(sim_refuse_sparse));
+}
+
+static void install_native_kernels(const std::vector<std::string>& operator_names) {
+  auto& m = new_library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  for (const auto& name : operator_names) m.impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&native_kernel>());
+}
+
+// scaled_dot_product_attention asks a per-device hook (a DispatchStub, not the operator) which
+// fused kernel to run. sim answers what the CPU would answer for the same tensors, and offers
+// the host's flash kernel under OVERRIDEABLE, the choice PyTorch reserves for PrivateUse1.
+static int64_t attention_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                                const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
+                                std::optional<double> scale, bool enable_gqa) {
+  int64_t choice = at::_ops::_fused_sdp_choice::redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU), query, key,
+                                                           value, attn_mask, dropout_p, is_causal, scale, enable_gqa);
+  return choice == static_cast<int64_t>(sdp::SDPBackend::flash_attention)
+             ? static_cast<int64_t>(sdp::SDPBackend::overrideable)
+             : choice;
+}
+
+static void install_attention_choice() {
+  at::native::_fused_sdp_choice_stub.set_privateuse1_dispatch_ptr(&attention_choice);
+  auto& m = new_library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  m.impl("_fused_sdp_choice", TORCH_FN(attention_choice));
+}
+
+static void install_fallback() {
+  auto& m = new_library(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&host_fallback>());
+  auto& quantized = new_library(torch::Library::IMPL, "_", c10::DispatchKey::QuantizedPrivateUse1, __FILE__, __LINE__);
+  quantized.fallback(torch::CppFunction::makeFromBoxedFunction<&refuse_quantized_operator>());
+}
+
+void bind_operators(pybind11::module& module) {
+  module.def("install_minimal_operators", &install_minimal_operators);
+  module.def("install_native_kernels", &install_native_kernels);
+  module.def("install_fallback", &install_fallback);
+  module.def("install_attention_choice", &install_attention_choice);
+  module.def("set_fallback_policy", [](int policy) { g_fallback_policy = policy; });
+  module.def("fallback_policy", []() { return g_fallback_policy.load(); });
+  module.def("fallback_counts", []() {
+    std::lock_guard<std::mutex> lock(g_fallback_mutex);
+    return std::map<std::string, int64_t>(g_fallback_counts.begin(), g_fallback_counts.end());
+  });
+  module.def("reset_fallback_counts", []() {
+    std::lock_guard<std::mutex> lock(g_fallback_mutex);
+    g_fallback_counts.clear();
+    g_fallback_warned.clear();
+  });
+  module.def("set_fallback_observer", [](pybind11::object observer) {
+    PyObject* previous = g_fallback_observer;
+    if (observer.is_none()) {
+      g_fallback_observer = nullptr;
+    } else {
+      g_fallback_observer = observer.ptr();
+      Py_INCREF(g_fallback_observer);
+    }
+    Py_XDECREF(previous);
+  });
+}
+
+}  // namespace sim

@@ -1,0 +1,570 @@
+// Step 5, operators (continued): direct kernels, PyTorch's own structured kernels run on sim tensors.
+//
+// Most element-wise and reduction operators are structured kernels: a meta() that checks the
+// arguments and decides the output's shape, strides and dtype, and an impl() that builds a
+// TensorIterator and calls a per-device DispatchStub. A vendor reuses both halves for its own key
+// by allocating the outputs itself (set_output_*) and registering its device's loop for each stub
+// (set_privateuse1_dispatch_ptr). sim's device memory is host memory, so its loop for every stub
+// is the CPU's: the call reaches the host kernel with no boxed stack, no host aliases and no
+// copy. compute_on_host (operators.cpp) remains the route for everything else, and for the calls
+// a direct kernel cannot take as the CPU would: arguments on another device, mixed dtypes the
+// CPU promotes first, and kernels launched while a stream captures a graph. Each call that takes
+// that route is counted against its operator (torch.sim.direct_route_exits()).
+#include "sim.h"
+#include "graphs.h"
+#include "interface_trace.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/ScalarOps.h>
+#include <ATen/TensorIterator.h>
+#include <ATen/Version.h>
+#include <ATen/native/Activation.h>
+#include <ATen/native/BinaryOps.h>
+#include <ATen/native/Fill.h>
+#include <ATen/native/ReduceOps.h>
+#include <ATen/native/TensorCompare.h>
+#include <ATen/native/UnaryOps.h>
+#include <ATen/ops/_log_softmax_native.h>
+#include <ATen/ops/_softmax_native.h>
+#include <ATen/ops/add_native.h>
+#include <ATen/ops/addmm_native.h>
+#include <ATen/ops/amax_native.h>
+#include <ATen/ops/bmm_native.h>
+#include <ATen/ops/clamp_max_native.h>
+#include <ATen/ops/clamp_min_native.h>
+#include <ATen/ops/div_native.h>
+#include <ATen/ops/eq_native.h>
+#include <ATen/ops/exp_native.h>
+#include <ATen/ops/fill_native.h>
+#include <ATen/ops/ge_native.h>
+#include <ATen/ops/gt_native.h>
+#include <ATen/ops/le_native.h>
+#include <ATen/ops/log_native.h>
+#include <ATen/ops/lt_native.h>
+#include <ATen/ops/maximum_native.h>
+#include <ATen/ops/mean_native.h>
+#include <ATen/ops/minimum_native.h>
+#include <ATen/ops/mm_native.h>
+#include <ATen/ops/mul_native.h>
+#include <ATen/ops/ne_native.h>
+#include <ATen/ops/neg_native.h>
+#include <ATen/ops/relu_native.h>
+#include <ATen/ops/rsqrt_native.h>
+#include <ATen/ops/sigmoid_backward_native.h>
+#include <ATen/ops/sigmoid_native.h>
+#include <ATen/ops/sqrt_native.h>
+#include <ATen/ops/sub_native.h>
+#include <ATen/ops/sum_native.h>
+#include <ATen/ops/tanh_backward_native.h>
+#include <ATen/ops/tanh_native.h>
+#include <ATen/ops/threshold_backward_native.h>
+#include <ATen/ops/where_native.h>
+#include <c10/core/DynamicCast.h>
+#include <c10/util/ApproximateClock.h>
+
+#include <atomic>
+#include <deque>
+#include <map>
+#include <type_traits>
+
+#include "operators_direct.h"
+
+namespace sim {
+namespace {
+
+// ------------------------------------------------------------------ stubs
+// sim's loop for a stub is the CPU's own function for this processor, chosen by the rule the
+// CPU's dispatch follows: the widest instruction set the processor has and the stub provides.
+// (setup.py compiles with the instruction-set definitions torch itself was built with.)
+template <class Stub>
+typename Stub::FnPtr host_loop(Stub&) {
+  static const std::string capability = at::get_cpu_capability();
+#if defined(HAVE_AVX512_CPU_DEFINITION)
+  if (capability == "AVX512" && Stub::AVX512 != nullptr) return Stub::AVX512;
+#endif
+#if defined(HAVE_AVX2_CPU_DEFINITION)
+  if ((capability == "AVX512" || capability == "AVX2") && Stub::AVX2 != nullptr) return Stub::AVX2;
+#endif
+  TORCH_CHECK(Stub::DEFAULT != nullptr, "sim: a host loop has no kernel for this processor");
+  return Stub::DEFAULT;
+}
+#define SIM_HOST_LOOP(name) at::native::name.set_privateuse1_dispatch_ptr(host_loop(at::native::name))
+
+void install_host_loops() {
+  SIM_HOST_LOOP(add_stub);
+  SIM_HOST_LOOP(mul_stub);
+  SIM_HOST_LOOP(div_true_stub);
+  SIM_HOST_LOOP(exp_stub);
+  SIM_HOST_LOOP(neg_stub);
+  SIM_HOST_LOOP(sqrt_stub);
+  SIM_HOST_LOOP(rsqrt_stub);
+  SIM_HOST_LOOP(log_stub);
+  SIM_HOST_LOOP(tanh_stub);
+  SIM_HOST_LOOP(sigmoid_stub);
+  SIM_HOST_LOOP(clamp_min_scalar_stub);
+  SIM_HOST_LOOP(clamp_max_scalar_stub);
+  SIM_HOST_LOOP(maximum_stub);
+  SIM_HOST_LOOP(minimum_stub);
+  SIM_HOST_LOOP(eq_stub);
+  SIM_HOST_LOOP(ne_stub);
+  SIM_HOST_LOOP(lt_stub);
+  SIM_HOST_LOOP(le_stub);
+  SIM_HOST_LOOP(gt_stub);
+  SIM_HOST_LOOP(ge_stub);
+  SIM_HOST_LOOP(max_values_stub);
+  SIM_HOST_LOOP(threshold_stub);
+  SIM_HOST_LOOP(tanh_backward_stub);
+  SIM_HOST_LOOP(sigmoid_backward_stub);
+  SIM_HOST_LOOP(fill_stub);
+  SIM_HOST_LOOP(where_kernel);
+}
+
+// ---------------------------------------------------------------- outputs
+at::Tensor device_output(c10::IntArrayRef sizes, c10::IntArrayRef strides, const c10::TensorOptions& options) {
+  TORCH_CHECK(options.device().type() == kSim, "sim: a direct kernel's output must live on sim, not ",
+              options.device());
+  DeviceIndex previous = t_current_device;
+  t_current_device = options.device().has_index() ? options.device().index() : previous;
+  struct Restore {
+    DeviceIndex device;
+    ~Restore() { t_current_device = device; }
+  } restore{previous};
+  const auto keys = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1);
+  if (strides.empty())
+    return at::detail::empty_generic(sizes, &device_allocator(), keys, options.dtype().toScalarType(),
+                                     options.memory_format_opt());
+  return at::detail::empty_strided_generic(sizes, strides, &device_allocator(), keys,
+                                           options.dtype().toScalarType());
+}
+
+// A structured kernel whose output sim allocates (the functional form: `mul`).
+template <class Kernel>
+struct Functional final : Kernel {
+  at::Tensor output;
+  void set_output_strided(int64_t index, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                          c10::TensorOptions options) override {
+    SIM_TRACE("structured_kernel", "set_output_strided", c10::str("index=", index, " sizes=", sizes));
+    set(index, sizes, strides, options);
+  }
+  void set_output_raw_strided(int64_t index, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                              c10::TensorOptions options) override {
+    SIM_TRACE("structured_kernel", "set_output_raw_strided", c10::str("index=", index, " sizes=", sizes));
+    set(index, sizes, strides, options);
+  }
+  const at::Tensor& maybe_get_output(int64_t index) override {
+    SIM_TRACE("structured_kernel", "maybe_get_output", c10::str("index=", index));
+    return output;
+  }
+
+ private:
+  void set(int64_t index, c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::TensorOptions options) {
+    output = device_output(sizes, strides, options);
+    if constexpr (std::is_base_of_v<at::TensorIteratorBase, Kernel>)
+      Kernel::set_output_raw_strided(index, sizes, strides, options);
+  }
+};
+
+// A structured kernel writing into its first argument (the in-place form: `mul_`). When the
+// kernel wants other strides than the argument's, it computes into a proxy that is copied back.
+template <class Kernel>
+struct InPlace final : Kernel {
+  explicit InPlace(const at::Tensor& self) : self(self) {}
+  const at::Tensor& self;
+  std::optional<at::Tensor> proxy;
+  void set_output_strided(int64_t index, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                          c10::TensorOptions options) override {
+    SIM_TRACE("structured_kernel", "set_output_strided", c10::str("index=", index, " sizes=", sizes, " in place"));
+    check(sizes, options);
+    if (self.strides() != strides) proxy = device_output(sizes, strides, options);
+    if constexpr (std::is_base_of_v<at::TensorIteratorBase, Kernel>)
+      Kernel::set_output_raw_strided(index, sizes, strides, options);
+  }
+  void set_output_raw_strided(int64_t index, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                              c10::TensorOptions options) override {
+    SIM_TRACE("structured_kernel", "set_output_raw_strided", c10::str("index=", index, " sizes=", sizes, " in place"));
+    check(sizes, options);
+    if constexpr (std::is_base_of_v<at::TensorIteratorBase, Kernel>)
+      Kernel::set_output_raw_strided(index, sizes, strides, options);
+  }
+  const at::Tensor& maybe_get_output(int64_t index) override {
+    SIM_TRACE("structured_kernel", "maybe_get_output", c10::str("index=", index, " in place"));
+    return proxy ? *proxy : self;
+  }
+
+ private:
+  void check(c10::IntArrayRef sizes, const c10::TensorOptions& options) const {
+    TORCH_CHECK(options.dtype() == self.dtype(), "Bad in-place call: the result's dtype ", options.dtype(),
+                " differs from the tensor's, ", self.dtype());
+    TORCH_CHECK(sizes == self.sizes(), "Bad in-place call: the result's size ", sizes,
+                " differs from the tensor's, ", self.sizes());
+  }
+};
+
+// ------------------------------------------------------------ eligibility
+// A direct kernel takes sim tensors and, as the CPU does, 0-dim CPU tensors (Python numbers).
+template <class T>
+bool accepted(const T&) {
+  return true;
+}
+bool accepted(const at::Tensor& t) {
+  return t.defined() && (t.device().type() == kSim || (t.device().is_cpu() && t.dim() == 0));
+}
+
+template <class T>
+bool on_sim(const T&) {
+  return true;
+}
+bool on_sim(const at::Tensor& t) { return t.defined() && t.device().type() == kSim; }
+
+// When the computation's dtype differs from an input's, TensorIterator converts that input first,
+// but only when the common device is the CPU; such calls need care (see promoted below).
+bool computes_as_the_cpu(const at::TensorIteratorBase& kernel) {
+  const auto common = kernel.maybe_common_dtype();
+  if (!common) return true;
+  for (int i = 0; i < kernel.ninputs(); ++i)
+    if (kernel.input_dtype(i) != *common) return false;
+  return true;
+}
+
+// The CPU converts a 0-dim CPU input of another dtype with a cast of its value; sim does the same
+// before the kernel sees it. Half and bfloat16 computations are left to the boxed route: some CPU
+// loops read such an input's value as it was before the conversion.
+bool converts_like_the_cpu(c10::ScalarType common) {
+  return !at::isReducedFloatingType(common) && !c10::isQIntType(common) && !c10::isBitsType(common) &&
+         !c10::isFloat8Type(common) && !c10::isBarebonesUnsignedType(common);
+}
+template <class T>
+bool promotable(const T&, c10::ScalarType) {
+  return true;
+}
+bool promotable(const at::Tensor& t, c10::ScalarType common) {
+  if (t.device().type() == kSim) return t.scalar_type() == common;
+  const auto type = t.scalar_type();
+  return type == common || type == c10::kDouble || type == c10::kFloat || type == c10::kLong ||
+         type == c10::kInt || type == c10::kShort || type == c10::kChar || type == c10::kByte ||
+         type == c10::kBool || type == c10::kComplexDouble || type == c10::kComplexFloat;
+}
+template <class T>
+const T& promoted(const T& value, c10::ScalarType) {
+  return value;
+}
+at::Tensor promoted(const at::Tensor& t, c10::ScalarType common) {
+  if (t.device().type() == kSim || t.scalar_type() == common) return t;
+  at::Tensor result = at::detail::empty_cpu({}, common, std::nullopt, std::nullopt, std::nullopt, std::nullopt);
+  const void* source = t.const_data_ptr();
+  void* target = result.mutable_data_ptr();
+  const auto type = t.scalar_type();
+  if (c10::isComplexType(type)) {
+    c10::cast_and_store(common, target, c10::fetch_and_cast<c10::complex<double>>(type, source));
+  } else if (c10::isFloatingType(type)) {
+    c10::cast_and_store(common, target, c10::fetch_and_cast<double>(type, source));
+  } else {
+    c10::cast_and_store(common, target, c10::fetch_and_cast<int64_t>(type, source));
+  }
+  return result;
+}
+
+// ------------------------------------------------------------------ calls
+struct Registered {
+  c10::OperatorHandle op;
+  std::string kernel_name;  // "sim::mul.Tensor", as compute_on_host names it in profiler traces
+  std::atomic<int64_t>* route_exits;  // the calls of this operator that took the boxed route instead
+};
+
+template <class... Args>
+torch::jit::Stack boxed_stack(const Args&... args) {
+  torch::jit::Stack stack;
+  stack.reserve(sizeof...(Args));
+  (torch::jit::push(stack, args), ...);
+  return stack;
+}
+
+template <class... Args>
+at::Tensor on_host_route(const Registered& registered, const Args&... args) {
+  registered.route_exits->fetch_add(1, std::memory_order_relaxed);
+  auto stack = boxed_stack(args...);
+  compute_on_host(registered.op, &stack);
+  return std::move(stack.back()).toTensor();
+}
+
+// One device-kernel record per operator call, also when a direct kernel calls another.
+thread_local int t_direct_depth = 0;
+struct KernelRecord {
+  const Registered& registered;
+  c10::Device device;
+  int64_t start_ns = t_direct_depth++ == 0 && recording_kernels() ? c10::getTime() : 0;
+  ~KernelRecord() {
+    --t_direct_depth;
+    if (start_ns != 0) record_kernel(registered.kernel_name, start_ns, c10::getTime(), device);
+  }
+};
+
+template <class Kernel, class... Args>
+std::optional<at::Tensor> run_functional(const Registered& registered, bool may_promote, const Args&... args) {
+  Functional<Kernel> kernel;
+  kernel.meta(args...);
+  if constexpr (std::is_base_of_v<at::TensorIteratorBase, Kernel>) {
+    if (!computes_as_the_cpu(kernel)) {
+      const auto common = kernel.maybe_common_dtype();
+      if (!may_promote || !common || !converts_like_the_cpu(*common) || !(promotable(args, *common) && ...))
+        return std::nullopt;
+      return run_functional<Kernel>(registered, false, promoted(args, *common)...);
+    }
+  }
+  KernelRecord record{registered, kernel.output.device()};
+  kernel.impl(args..., kernel.output);
+  return std::move(kernel.output);
+}
+
+template <class Kernel, class... Args>
+struct DirectFunctional {
+  static inline std::optional<Registered> registered;
+
+  static at::Tensor call(Args... args) {
+    if (!any_capture() && (accepted(args) && ...))
+      if (auto result = run_functional<Kernel>(*registered, true, args...)) return std::move(*result);
+    return on_host_route(*registered, args...);
+  }
+};
+
+// An overload taking a Python number (`gt.Scalar`) runs the tensor overload's kernel with the number
+// as a 0-dim CPU tensor, which is what the CPU's own kernel for the overload does.
+template <class Kernel>
+struct DirectScalarOverload {
+  static inline std::optional<Registered> registered;
+
+  static at::Tensor call(const at::Tensor& self, const c10::Scalar& other) {
+    if (!any_capture() && on_sim(self))
+      if (auto result = run_functional<Kernel>(*registered, true, self, at::native::wrapped_scalar_tensor(other)))
+        return std::move(*result);
+    return on_host_route(*registered, self, other);
+  }
+};
+
+template <class Kernel, class... Args>
+struct DirectInPlace {
+  static inline std::optional<Registered> registered;
+
+  static at::Tensor& call(at::Tensor& self, Args... args) {
+    if (any_capture() || !on_sim(self) || !(accepted(args) && ...) || !run(self, true, args...))
+      on_host_route(*registered, self, args...);
+    return self;
+  }
+
+  template <class... Given>
+  static bool run(at::Tensor& self, bool may_promote, const Given&... args) {
+    InPlace<Kernel> kernel(self);
+    kernel.meta(self, args...);
+    if constexpr (std::is_base_of_v<at::TensorIteratorBase, Kernel>) {
+      if (!computes_as_the_cpu(kernel)) {
+        const auto common = kernel.maybe_common_dtype();
+        if (!may_promote || !common || *common != self.scalar_type() || !converts_like_the_cpu(*common) ||
+            !(promotable(args, *common) && ...))
+          return false;
+        return run(self, false, promoted(args, *common)...);
+      }
+    }
+    KernelRecord record{*registered, self.device()};
+    kernel.impl(self, args..., kernel.maybe_get_output(0));
+    if (kernel.proxy) self.copy_(*kernel.proxy);
+    return true;
+  }
+};
+
+// A structured kernel whose impl() takes another path on the CPU than on other devices (`mean` sums
+// and divides on the CPU only; `sum` accumulates half precision in a float buffer on the CPU only), or
+// is the CPU's own impl() (`structured_mm_out_cpu`, which calls the host's BLAS or oneDNN on CPU tensors): meta() runs on the sim tensors, impl() on their host views.
+template <class T>
+const T& host_argument(const T& value) {
+  return value;
+}
+at::Tensor host_argument(const at::Tensor& t) { return host_view(t); }
+
+template <class T>
+bool agrees(const T&, std::optional<c10::Device>&) {
+  return true;
+}
+bool agrees(const at::Tensor& t, std::optional<c10::Device>& device) {
+  if (!device) device = t.device();
+  return t.device() == *device;
+}
+// Every tensor on one sim device: a meta() that does not build a TensorIterator checks no devices.
+template <class... Args>
+bool on_one_sim_device(const Args&... args) {
+  std::optional<c10::Device> device;
+  return (on_sim(args) && ...) && (agrees(args, device) && ...);
+}
+
+template <class Kernel, class... Args>
+struct DirectHostImpl {
+  static inline std::optional<Registered> registered;
+
+  static at::Tensor call(Args... args) {
+    if (any_capture() || !on_one_sim_device(args...)) return on_host_route(*registered, args...);
+    Functional<Kernel> kernel;
+    kernel.meta(args...);
+    KernelRecord record{*registered, kernel.output.device()};
+    kernel.impl(host_argument(args)..., host_view(kernel.output));
+    return std::move(kernel.output);
+  }
+};
+
+// A native function that is not structured but device-generic (`where`), called as it is.
+template <auto function, class Result, class... Args>
+struct DirectNative {
+  static inline std::optional<Registered> registered;
+
+  static Result call(Args... args) {
+    if (any_capture() || !(on_sim(args) && ...)) {
+      if constexpr (std::is_reference_v<Result>) {
+        on_host_route(*registered, args...);
+        return std::get<written_argument()>(std::forward_as_tuple(args...));
+      } else {
+        return on_host_route(*registered, args...);
+      }
+    }
+    KernelRecord record{*registered, first_device(args...)};
+    return function(args...);
+  }
+
+  // The argument an in-place or out= function writes and returns: its one non-const tensor.
+  static constexpr size_t written_argument() {
+    constexpr bool written[] = {std::is_same_v<Args, at::Tensor&>...};
+    for (size_t i = 0; i < sizeof...(Args); ++i)
+      if (written[i]) return i;
+    return 0;
+  }
+
+  template <class First, class... Rest>
+  static c10::Device first_device(const First& first, const Rest&... rest) {
+    if constexpr (std::is_same_v<std::decay_t<First>, at::Tensor>) {
+      return first.device();
+    } else {
+      return first_device(rest...);
+    }
+  }
+};
+
+std::vector<std::string> g_direct_operators;
+// One counter per entry of g_direct_operators (a deque: its elements never move once made).
+std::deque<std::atomic<int64_t>> g_route_exits;
+
+Registered registration(const char* name, std::atomic<int64_t>& route_exits) {
+  std::string qualified = std::string("aten::") + name;
+  const auto dot = qualified.find('.');
+  const std::string base = qualified.substr(0, dot);
+  const std::string overload = dot == std::string::npos ? "" : qualified.substr(dot + 1);
+  return {c10::Dispatcher::singleton().findSchemaOrThrow(base.c_str(), overload.c_str()),
+          sim_kernel_name(qualified), &route_exits};
+}
+
+template <class Direct>
+void install(torch::Library& m, const char* name) {
+  Direct::registered = registration(name, g_route_exits.emplace_back(0));
+  m.impl(name, TORCH_FN(Direct::call));
+  g_direct_operators.emplace_back(name);
+}
+
+// The calls of each direct operator that left its direct kernel for the boxed route, by "aten::name.overload";
+// operators with none are left out.
+std::map<std::string, int64_t> route_exits() {
+  std::map<std::string, int64_t> counts;
+  for (size_t i = 0; i < g_direct_operators.size(); ++i)
+    if (const int64_t count = g_route_exits[i].load(std::memory_order_relaxed))
+      counts["aten::" + g_direct_operators[i]] = count;
+  return counts;
+}
+
+template <class Kernel, class... Args>
+void functional(torch::Library& m, const char* name) {
+  install<DirectFunctional<Kernel, Args...>>(m, name);
+}
+
+template <class Kernel, class... Args>
+void in_place(torch::Library& m, const char* name) {
+  install<DirectInPlace<Kernel, Args...>>(m, name);
+}
+
+template <class Kernel>
+void scalar_overload(torch::Library& m, const char* name) {
+  install<DirectScalarOverload<Kernel>>(m, name);
+}
+
+using Tensor = const at::Tensor&;
+using Scalar = const c10::Scalar&;
+namespace native = at::native;
+
+// Returns the operators it gave a direct kernel.
+std::vector<std::string> install_direct_kernels() {
+  install_host_loops();
+  auto& m = new_library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  functional<native::structured_ufunc_add_CPU, Tensor, Tensor, Scalar>(m, "add.Tensor");
+  in_place<native::structured_ufunc_add_CPU, Tensor, Scalar>(m, "add_.Tensor");
+  functional<native::structured_sub_out, Tensor, Tensor, Scalar>(m, "sub.Tensor");
+  in_place<native::structured_sub_out, Tensor, Scalar>(m, "sub_.Tensor");
+  functional<native::structured_mul_out, Tensor, Tensor>(m, "mul.Tensor");
+  in_place<native::structured_mul_out, Tensor>(m, "mul_.Tensor");
+  functional<native::structured_div_out, Tensor, Tensor>(m, "div.Tensor");
+  in_place<native::structured_div_out, Tensor>(m, "div_.Tensor");
+  functional<native::structured_maximum_out, Tensor, Tensor>(m, "maximum");
+  functional<native::structured_minimum_out, Tensor, Tensor>(m, "minimum");
+  functional<native::structured_eq_Tensor_out, Tensor, Tensor>(m, "eq.Tensor");
+  functional<native::structured_ne_Tensor_out, Tensor, Tensor>(m, "ne.Tensor");
+  functional<native::structured_lt_Tensor_out, Tensor, Tensor>(m, "lt.Tensor");
+  functional<native::structured_le_Tensor_out, Tensor, Tensor>(m, "le.Tensor");
+  functional<native::structured_gt_Tensor_out, Tensor, Tensor>(m, "gt.Tensor");
+  functional<native::structured_ge_Tensor_out, Tensor, Tensor>(m, "ge.Tensor");
+  functional<native::structured_exp_out, Tensor>(m, "exp");
+  functional<native::structured_neg_out, Tensor>(m, "neg");
+  functional<native::structured_sqrt_out, Tensor>(m, "sqrt");
+  functional<native::structured_rsqrt_out, Tensor>(m, "rsqrt");
+  functional<native::structured_log_out, Tensor>(m, "log");
+  functional<native::structured_tanh_out, Tensor>(m, "tanh");
+  functional<native::structured_sigmoid_out, Tensor>(m, "sigmoid");
+  functional<native::structured_clamp_min_out, Tensor, Scalar>(m, "clamp_min");
+  functional<native::structured_clamp_max_out, Tensor, Scalar>(m, "clamp_max");
+  functional<native::structured_threshold_backward_out, Tensor, Tensor, Scalar>(m, "threshold_backward");
+  functional<native::structured_tanh_backward_out, Tensor, Tensor>(m, "tanh_backward");
+  functional<native::structured_sigmoid_backward_out, Tensor, Tensor>(m, "sigmoid_backward");
+  functional<native::structured_amax_out, Tensor, c10::IntArrayRef, bool>(m, "amax");
+  scalar_overload<native::structured_eq_Tensor_out>(m, "eq.Scalar");
+  scalar_overload<native::structured_ne_Tensor_out>(m, "ne.Scalar");
+  scalar_overload<native::structured_lt_Tensor_out>(m, "lt.Scalar");
+  scalar_overload<native::structured_le_Tensor_out>(m, "le.Scalar");
+  scalar_overload<native::structured_gt_Tensor_out>(m, "gt.Scalar");
+  scalar_overload<native::structured_ge_Tensor_out>(m, "ge.Scalar");
+  in_place<native::structured_clamp_min_out, Scalar>(m, "clamp_min_");
+  install<DirectNative<&native::relu, at::Tensor, Tensor>>(m, "relu");
+  install<DirectNative<&native::relu_, at::Tensor&, at::Tensor&>>(m, "relu_");
+  install<DirectHostImpl<native::structured_sum_out, Tensor, at::OptionalIntArrayRef, bool,
+                         std::optional<c10::ScalarType>>>(m, "sum.dim_IntList");
+  install<DirectHostImpl<native::structured_mm_out_cpu, Tensor, Tensor>>(m, "mm");
+  install<DirectHostImpl<native::structured_bmm_out_cpu, Tensor, Tensor>>(m, "bmm");
+  install<DirectHostImpl<native::structured_addmm_out_cpu, Tensor, Tensor, Tensor, Scalar, Scalar>>(m, "addmm");
+  install<DirectHostImpl<native::structured_softmax_cpu_out, Tensor, int64_t, bool>>(m, "_softmax");
+  install<DirectHostImpl<native::structured_log_softmax_cpu_out, Tensor, int64_t, bool>>(m, "_log_softmax");
+  install<DirectHostImpl<native::structured_mean_out, Tensor, at::OptionalIntArrayRef, bool,
+                         std::optional<c10::ScalarType>>>(m, "mean.dim");
+  install<DirectNative<static_cast<at::Tensor& (*)(at::Tensor&, Scalar)>(&native::fill_), at::Tensor&, at::Tensor&,
+                       Scalar>>(m, "fill_.Scalar");
+  constexpr at::Tensor (*where_of_tensors)(Tensor, Tensor, Tensor) = &native::where;
+  install<DirectNative<where_of_tensors, at::Tensor, Tensor, Tensor, Tensor>>(m, "where.self");
+  install<DirectNative<&native::where_self_out, at::Tensor&, Tensor, Tensor, Tensor, at::Tensor&>>(
+      m, "where.self_out");
+  return g_direct_operators;
+}
+
+}  // namespace
+
+bool inside_direct_kernel() { return t_direct_depth > 0; }
+
+void bind_direct_operators(pybind11::module& module) {
+  module.def("install_direct_kernels", &install_direct_kernels);
+  module.def("direct_operators", []() { return g_direct_operators; });
+  module.def("direct_route_exits", &route_exits);
+  module.def("reset_direct_route_exits", []() {
+    for (auto& count : g_route_exits) count.store(0, std::memory_order_relaxed);
+  });
+}
+
+}  // namespace sim

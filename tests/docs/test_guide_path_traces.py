@@ -56,8 +56,9 @@ MARKED_SHARE_EXCEPTIONS: dict[str, str] = {
                       "the guard's instead, and only private `torch._C._accelerator_hooks_*` bindings reach them",
     "guide_05_operators": "open: the recurrent kernels and their backward node are not traced, because an LSTM trained "
                           "inside a dispatcher trace of sim gets autograd's not-implemented warning (a tracer bug)",
-    "guide_14_distributed": "torch 2.13 deprecates the Python calls that reach four of its Work and Backend methods "
-                            "(`all_reduce_coalesced`, `Work.is_success`, `Work.exception`, `Work.synchronize`): each "
+    "guide_14_distributed": "torch 2.13 deprecates the Python calls that reach five of its Work and Backend methods "
+                            "(`all_reduce_coalesced`, `Work.is_success`, `Work.exception`, `Work.synchronize`, "
+                            "`Work.result`): each "
                             "warns or logs a deprecation line, which a page must not show",
     "guide_12_profiler": "open: kineto in torch 2.13 asks neither `name`, `availableActivities` nor `errors` in a "
                          "profile, and no public profiler path reached the legacy stubs (`enabled`, `mark`, "

@@ -1,8 +1,8 @@
 """PyTorch's own device-generic tests on a vendor's device, configured from what a scorecard found.
 
-torch's `DeviceTypeTestBase` (torch.testing._internal.common_device_type) reads three class attributes,
-which `PrivateUse1TestBase.set_test_configs(...)` sets before `instantiate_device_type_tests` makes the
-device's test classes:
+torch's `DeviceTypeTestBase` (torch.testing._internal.common_device_type) reads three class attributes, which
+`PrivateUse1TestBase.set_test_configs(...)` sets before `instantiate_device_type_tests` makes the device's test
+classes:
 
 - `op_allowlist`: the OpInfo full names ("add", "div.floor_rounding") whose `@ops` tests are made;
 - `op_overrides`: OpInfo full name -> `DecorateInfo`s added to that OpInfo (skips, expected failures),
@@ -12,36 +12,30 @@ device's test classes:
 `configuration(card)` derives them from a scorecard, every entry with the finding that justifies it, as
 JSON-ready data: the scorecard writes it as `device_tests.json` beside its HTML, JUnit and JSON
 (`write_configuration`). Data rather than generated code, so that a vendor's CI can diff, review and keep it;
-`configure("device_tests.json")` turns it into torch's objects (`DecorateInfo`s) and sets them. It must run
-before the test module calls `instantiate_device_type_tests`, which reads them: at the top of a vendor's own
-test module, or, for PyTorch's test files (test/test_ops.py ...), in a conftest.py beside them:
+`configure("device_tests.json")` turns it into torch's objects (`DecorateInfo`s) and sets them. It must run before
+the test module calls `instantiate_device_type_tests`, which reads them: at the top of a vendor's own test module,
+or, for PyTorch's test files (test/test_ops.py ...), in a conftest.py beside them:
 
     from pu1_explorer.conformance.device_tests import configure
     configure("results/device_tests.json")   # then: PYTORCH_TESTING_DEVICE_ONLY_FOR=<device> pytest test_ops.py
 
-What each finding becomes:
+- What each finding becomes. op_allowlist: the operators the sweeps covered and found runnable or gave a finding
+  about; an operator they skipped (random or uninitialised output, not in this torch's op_db) is left out with its
+  reason in `left_out`; an operator outside the sweeps (the quick sweeps cover `QUICK_OPS`) has no finding and no
+  test. Without a sweep, op_allowlist is None: torch's default, every operator.
+- an operator that crashed, hung or raised on the device in the differential sweep: skipped in every test; one
+  whose values differ from the CPU's: an expected failure of test_ops.py's `TestCommon.test_compare_cpu` in the
+  dtype swept.
+- an operator whose bad inputs crashed or hung: `TestCommon.test_errors` skipped; one that raised another error or
+  none: an expected failure of `TestCommon.test_errors`.
+- an operator one sweep skipped and the other covered: the skipping sweep's test is skipped, with its reason.
+- a capability probe that failed, crashed or timed out excludes the test classes or tests of PyTorch's suites that
+  cannot run without that capability (`PROBE_EXCLUSIONS`).
 
-- op_allowlist: the operators the sweeps covered and found runnable or gave a finding about; an operator
-  they skipped (random or uninitialised output, not in this torch's op_db) is left out with its reason in
-  `left_out`; an operator outside the sweeps (the quick sweeps cover `QUICK_OPS`) has no finding and no test.
-  Without a sweep, op_allowlist is None: torch's default, every operator.
-- an operator that crashed, hung or raised on the device in the differential sweep: skipped in every test
-  (its tests would crash, hang or raise); one whose values differ from the CPU's: an expected failure of
-  test_ops.py's `TestCommon.test_compare_cpu` (the test that compares with the CPU) in the dtype swept.
-- an operator whose bad inputs crashed or hung: `TestCommon.test_errors` skipped; one that raised another
-  error or none: an expected failure of `TestCommon.test_errors` (the test that runs `error_inputs`).
-- an operator one sweep skipped (say, its output is random or uninitialised) and the other covered: the
-  skipping sweep's test is skipped, with that sweep's reason.
-- a capability probe that failed, crashed or timed out excludes the test classes or tests of PyTorch's
-  suites that cannot run without that capability (`PROBE_EXCLUSIONS`).
-
-An expected failure reports an unexpected success the day the backend fixes it: then the scorecard's
-next configuration no longer lists it.
-
-An override's action is "skip", "expected failure" or "tolerance". A scorecard writes the first two; a
-configuration a backend keeps by hand, in the same format, may also compare one test at a tolerance (`atol`,
-`rtol`, for the `dtypes` listed): torch's `toleranceOverride`, which sets the test's `self.precision` and
-`self.rel_tol` for those dtypes.
+An expected failure reports an unexpected success the day the backend fixes it: then the scorecard's next
+configuration no longer lists it. A scorecard writes "skip" and "expected failure" overrides; a configuration a
+backend keeps by hand, in the same format, may also give a "tolerance" to one test (`atol`, `rtol`, for the
+`dtypes` listed), which becomes torch's `toleranceOverride`.
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ do I count and synchronize this device?" (`get_interface_for_device("sim")`) is 
 moment dynamo's device-interface module loads: importing it at `import torch` would cost a second
 and a half, so sim registers through an import hook instead.
 
-Three places in inductor treat "not the CPU" as "a GPU", and sim corrects each through inductor's
+Four places in inductor treat "not the CPU" as "a GPU", and sim corrects each through inductor's
 public classes and settings:
 - the wrapper writes calls to C++ kernels only for the device type "cpu" ("device sim nyi"), so
   sim's wrapper (`generate_kernel_call`) states the device a C++ kernel runs on: the host CPU;
@@ -23,7 +23,11 @@ public classes and settings:
 - inductor names the code generator of any device but cpu, mps, xpu and tpu after
   `config.cuda_backend` ("triton"), so C++ kernels with indirect indexing (an embedding) would get
   Triton's type rules; sim's scheduling generates its kernels under `cuda_backend = "cpp"`, for its
-  own kernels only, so a CUDA device beside sim keeps Triton.
+  own kernels only, so a CUDA device beside sim keeps Triton;
+- the wrapper allocates buffers of other devices with the device's type alone and relies on a device
+  guard, which the scheduler writes only for the GPU types (`device_need_guard`), so a function
+  compiled for sim:1 would return its results on sim:0; sim's wrapper (`make_allocation`) writes the
+  buffer's whole device.
 
 The generated kernels read and write sim memory at once, so a graph capture (step 15) cannot record
 them: sim's wrapper starts the generated call with `torch.sim.refuse_if_capturing(...)`, which fails
@@ -87,10 +91,20 @@ def inductor_backend() -> dict[str, type]:
                 device = torch.device("cpu")
             super().generate_kernel_call(kernel_name, call_args, device=device, triton=triton, **options)
 
-    class SimSubgraphWrapperCodegen(HostKernelCalls, SubgraphPythonWrapperCodegen):
+    class IndexedAllocations:
+        """Allocates each buffer on its own sim device, not on the current one."""
+
+        def make_allocation(self, name: str, device: torch.device, dtype: torch.dtype, shape: Any, stride: Any,
+                            allocation_shape: Any = None, is_pinned: bool = False) -> str:
+            line = super().make_allocation(name, device, dtype, shape, stride, allocation_shape, is_pinned)
+            if device.type != "sim" or device.index is None:
+                return line
+            return line.replace(f"device='{device.type}'", f"device='{device}'", 1)
+
+    class SimSubgraphWrapperCodegen(HostKernelCalls, IndexedAllocations, SubgraphPythonWrapperCodegen):
         """The wrapper of a subgraph (the branches of torch.cond, the body of a while_loop)."""
 
-    class SimWrapperCodegen(HostKernelCalls, PythonWrapperCodegen):
+    class SimWrapperCodegen(HostKernelCalls, IndexedAllocations, PythonWrapperCodegen):
         """Inductor's Python wrapper, calling the C++ kernels on sim tensors."""
 
         @staticmethod
@@ -126,7 +140,8 @@ def inductor_backend() -> dict[str, type]:
 
     device_module.trace_methods(COMPILE_INTERFACE, SimScheduling, ["codegen_node"])
     device_module.trace_methods(COMPILE_INTERFACE, SimWrapperCodegen,
-                                ["create", "generate_kernel_call", "write_launcher_fn_call_get_indent"])
+                                ["create", "generate_kernel_call", "make_allocation",
+                                 "write_launcher_fn_call_get_indent"])
     device_module.trace_methods(COMPILE_INTERFACE, SimDeviceOpOverrides,
                                 [name for name in DEVICE_OP_OVERRIDES if hasattr(SimDeviceOpOverrides, name)])
     register_device_op_overrides("sim", SimDeviceOpOverrides())

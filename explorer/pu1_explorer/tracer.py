@@ -45,6 +45,13 @@ TRACE_KEYS: dict[str, tuple[str, ...]] = {
     "privateuse1": ("AutocastPrivateUse1", "AutogradPrivateUse1", "ADInplaceOrView", "BackendSelect",
                     "PrivateUse1", "CPU"),
 }
+# A kernel registered directly at a backend key changes which kernel the dispatcher computes for that backend's
+# autograd key when both came from CompositeImplicitAutograd (the dump's "math kernel"): the autograd key would
+# fall back to the not-implemented autograd kernel. Where the trace wraps such a backend key but not its autograd
+# key, it also wraps the autograd key with a passthrough that records nothing, so both keep their kernel.
+AUTOGRAD_KEY_OF = {"CPU": "AutogradCPU", "PrivateUse1": "AutogradPrivateUse1"}
+MATH_KERNEL_TAG = "math kernel"
+PASSTHROUGH_TAG = "passthrough"
 
 
 @dataclass
@@ -255,7 +262,11 @@ class WrapPlan:
             for key in keys:
                 line = lines.get(key)
                 if line is not None and not line.startswith("fallthrough ", fallthrough_at[key]):
-                    self.sites.append((operator, key, line[line.rfind("[") + 1:-1]))
+                    tag = line[line.rfind("[") + 1:-1]
+                    self.sites.append((operator, key, tag))
+                    autograd_key = AUTOGRAD_KEY_OF.get(key)
+                    if tag == MATH_KERNEL_TAG and autograd_key not in keys and autograd_key is not None:
+                        self.sites.append((operator, autograd_key, PASSTHROUGH_TAG))
         self._fallthrough: dict[tuple[str, str], bool] = {}
 
     def is_fallthrough(self, operator: str, key: str) -> bool:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import subprocess
+import warnings
 import sys
 
 import pytest
@@ -208,3 +209,48 @@ def test_the_backend_named_sim_refuses_a_graph_input_on_another_device():
     with pytest.raises(Exception, match="runs graphs of sim and CPU tensors, but the input .* is on meta: move it "
                                         "to sim, or pick a backend for meta"):
         compiled(torch.ones(3, device="meta"))
+
+
+def test_a_function_compiled_for_the_second_device_returns_its_results_there():
+    """Inductor writes a buffer's device type alone and leaves the index to a device guard it writes only for GPU
+    types; sim's wrapper writes the whole device."""
+    x = torch.randn(8, device="sim:1")
+    with torch._inductor.config.patch(force_disable_caches=True):
+        result, (code,) = run_and_get_code(torch.compile(lambda t: (t * 2).relu() + 1), x)
+    assert "device='sim:1'" in code
+    assert result.device == torch.device("sim:1")
+    assert torch.equal(result.cpu(), ((x * 2).relu() + 1).cpu())
+
+
+# What torch 2.13 asks sim's compile classes (interface `compile` of sim's trace) while it compiles a training step,
+# a function on the second device, autocast and the backend named sim: guide page 13 tables these, and lists sim's
+# answers to dynamo's DeviceInterface (`is_available`, `device_count`, `current_device`, `set_device`,
+# `synchronize`) and its op overrides (`set_device`, `synchronize`, `device_guard`) apart, since nothing asks them.
+# Each code generation asks the first group; the others are asked once per process and then remembered.
+ASKED_FOR_EACH_GRAPH = {
+    "SimScheduling.codegen_node", "SimWrapperCodegen.create", "SimWrapperCodegen.generate_kernel_call",
+    "SimWrapperCodegen.make_allocation", "SimWrapperCodegen.write_launcher_fn_call_get_indent"}
+ASKED_ONCE = {"Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen", "WrapperFxCodegen",
+              "SimInterface.get_device_properties", "SimInterface.get_compute_capability"}
+
+
+def test_compiling_asks_sims_compile_classes_what_guide_page_13_tables():
+    torch.sim.start_interface_trace()
+    try:
+        with torch._inductor.config.patch(force_disable_caches=True), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # force_disable_caches warns that it turns dynamo's profile off
+            model = small_mlp().to("sim")
+            torch.compile(model)(torch.randn(4, 16, device="sim")).sum().backward()
+            torch.compile(lambda t: (t * 2).relu() + 1)(torch.randn(8, device="sim:1"))
+
+            @torch.compile
+            def matmul_under_autocast(a):
+                with torch.autocast("sim", dtype=torch.bfloat16):
+                    return a @ a
+
+            matmul_under_autocast(torch.randn(4, 4, device="sim"))
+            torch.compile(model, backend="sim")(torch.randn(4, 16, device="sim"))
+    finally:
+        calls = torch.sim.stop_interface_trace()
+    asked = {call["method"] for call in calls if call["interface"] == "compile"}
+    assert ASKED_FOR_EACH_GRAPH <= asked <= ASKED_FOR_EACH_GRAPH | ASKED_ONCE

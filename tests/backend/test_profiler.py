@@ -116,6 +116,33 @@ def test_the_legacy_profiler_reports_sim_time_through_the_stubs():
     assert mm.device_time_total > 0
 
 
+# The members of sim's profiler classes that torch 2.13 calls on a profile, kineto's and the legacy one, with a user's
+# range inside. The others (`name`, `availableActivities`, `session.errors` and the stubs' `enabled`, `mark`,
+# `rangePush`, `rangePop`, `onEachDevice`, `synchronize`) exist because the headers declare them pure virtual; guide
+# page 12 lists them apart from its tables.
+CALLED = {"configure", "session.start", "session.stop", "session.pushCorrelationId", "session.popCorrelationId",
+          "session.processTrace", "session.getTraceBuffer", "session.getDeviceInfo", "session.getResourceInfos",
+          "stubs.record", "stubs.elapsed"}
+
+
+def test_kineto_and_the_legacy_profiler_call_exactly_the_members_page_12_tables():
+    a, _ = matmul_and_relu()
+    torch.sim.start_interface_trace()
+    try:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as kineto:
+            with torch.profiler.record_function("a user's range"):
+                a @ a
+        kineto.key_averages()
+        with torch.autograd.profiler.profile(use_device="sim", use_kineto=False) as legacy:
+            with torch.profiler.record_function("a user's range"):
+                a @ a
+        legacy.key_averages().table()
+    finally:
+        calls = torch.sim.stop_interface_trace()
+    called = {call["method"] for call in calls if call["interface"] == "profiler"}
+    assert called == CALLED
+
+
 def test_profiling_sim_prints_no_warnings_or_internal_asserts():
     program = textwrap.dedent("""
         import warnings

@@ -54,18 +54,10 @@ MARKED_SHARE_EXCEPTIONS: dict[str, str] = {
                          "start; the page's \"before and after\" runs them in fresh processes",
     "guide_02_hooks": "the hooks' device methods serve C++ code that holds the hooks; PyTorch's public Python reaches "
                       "the guard's instead, and only private `torch._C._accelerator_hooks_*` bindings reach them",
-    "guide_05_operators": "open: the recurrent kernels and their backward node are not traced, because an LSTM trained "
-                          "inside a dispatcher trace of sim gets autograd's not-implemented warning (a tracer bug)",
     "guide_14_distributed": "torch 2.13 deprecates the Python calls that reach five of its Work and Backend methods "
                             "(`all_reduce_coalesced`, `Work.is_success`, `Work.exception`, `Work.synchronize`, "
                             "`Work.result`): each "
                             "warns or logs a deprecation line, which a page must not show",
-    "guide_12_profiler": "open: kineto in torch 2.13 asks neither `name`, `availableActivities` nor `errors` in a "
-                         "profile, and no public profiler path reached the legacy stubs (`enabled`, `mark`, "
-                         "`rangePush`, `rangePop`, `onEachDevice`, `synchronize`); the table is still to be recut",
-    "guide_13_compile": "open: a one-device compile calls few of dynamo's DeviceInterface members and inductor's "
-                        "op overrides, and about 18 of the tabled members are CpuInterface defaults sim inherits; "
-                        "the table is still to be recut into what sim overrides",
 }
 RUN_TIMEOUT_SECONDS = 600
 # The trace interfaces whose calls count for a step's table (the names sim's SIM_TRACE lines and the device module's

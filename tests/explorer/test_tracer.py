@@ -1,6 +1,7 @@
 """The tracer: hops in order, nesting, skipped fallthroughs, faithfulness and table restoration."""
 import json
 import sys
+import warnings
 from pathlib import Path
 
 import jsonschema
@@ -103,6 +104,28 @@ def test_tracing_is_faithful_bit_for_bit(device):
         traced_loss, traced_grads = run()
     assert len(recorded.hops) > 50
     assert torch.equal(plain_loss, traced_loss)
+    assert all(torch.equal(a, b) for a, b in zip(plain_grads, traced_grads))
+
+
+def test_an_lstm_trained_inside_a_trace_of_sim_keeps_its_autograd_and_its_bits():
+    """Wrapping the CPU key of a CompositeImplicitAutograd operator such as aten::lstm (which sim's recurrent
+    kernels call on the host) must not change the kernel the dispatcher computes for AutogradCPU: autograd would
+    warn that no autograd kernel is registered and the backward would not be the CPU's."""
+    def run():
+        torch.manual_seed(0)
+        model = torch.nn.LSTM(4, 8, num_layers=2).to("sim")
+        output, _ = model(torch.randn(3, 2, 4, generator=torch.Generator().manual_seed(1)).to("sim"))
+        output.square().mean().backward()
+        return output.detach().cpu(), [p.grad.cpu() for p in model.parameters()]
+
+    plain_output, plain_grads = run()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with trace("sim") as recorded:
+            traced_output, traced_grads = run()
+    assert recorded.error is None
+    assert any(hop.operator == "aten::lstm.input" and hop.key == "AutogradPrivateUse1" for hop in recorded.hops)
+    assert torch.equal(plain_output, traced_output)
     assert all(torch.equal(a, b) for a, b in zip(plain_grads, traced_grads))
 
 
@@ -361,8 +384,11 @@ def test_the_wrapped_kernels_are_those_of_the_dispatch_table_dumps():
     plan = tracer_module.WrapPlan(tracer_module.TRACED_NAMESPACES, keys)
     recorder = native_helper().HopRecorder(plan=plan.sites)
     collector = tracer_module._NativeHops(recorder, plan, tracer_module.Trace(), {})
-    wrapped = {site[:2]: collector._site_entry(index) for index, site in enumerate(recorder.sites())}
-    expected = {}
+    sites = recorder.sites()
+    wrapped = {site[:2]: collector._site_entry(index) for index, site in enumerate(sites)
+               if site[2] != tracer_module.PASSTHROUGH_TAG}
+    passthroughs = {site[:2] for site in sites if site[2] == tracer_module.PASSTHROUGH_TAG}
+    expected, expected_passthroughs = {}, set()
     for operator in torch._C._dispatch_get_all_op_names():
         if operator.split("::")[0] not in tracer_module.TRACED_NAMESPACES:
             continue
@@ -371,10 +397,13 @@ def test_the_wrapped_kernels_are_those_of_the_dispatch_table_dumps():
             entry = entry_from_dump(operator, dump, key)
             if entry.kind not in (FALLTHROUGH, MISSING):
                 expected[operator, key] = (entry.kind, entry.provenance)
+        if any(line.startswith("CPU: ") and line.endswith("[math kernel]") for line in dump.splitlines()):
+            expected_passthroughs.add((operator, "AutogradCPU"))
         for key in ("ADInplaceOrView", "BackendSelect", "AutocastCPU", "Python", "Functionalize"):
             assert plan.is_fallthrough(operator, key) == (
                 entry_from_dump(operator, dump, key).kind == FALLTHROUGH), (operator, key)
     assert wrapped == expected
+    assert passthroughs == expected_passthroughs and ("aten::lstm.input", "AutogradCPU") in passthroughs
     assert recorder.operator_count() == len({operator for operator, _ in expected})
     with trace("sim") as recorded:
         pass

@@ -117,7 +117,11 @@ struct Site {
   c10::DispatchKey key;
   int32_t operator_id;
   std::optional<c10::SafeKernelFunction> original;
+  bool records = true;  // false: a passthrough that keeps another key's computed kernel as it was
 };
+
+// The plan's tag of a site that records nothing (see Session).
+constexpr const char* kPassthroughTag = "passthrough";
 
 class Session;
 
@@ -218,7 +222,10 @@ class Session {
  public:
   // Takes the wrapping plan: each (operator, key, tag) names a computed kernel that exists and is not a
   // fallthrough, with the provenance tag the dispatcher's table dump gives it (the plan is read from the
-  // dumps in Python). An entry whose operator has no schema or whose kernel is gone is left out.
+  // dumps in Python). An entry whose operator has no schema or whose kernel is gone is left out. A site tagged
+  // "passthrough" calls its kernel without recording: wrapping a backend key whose kernel comes from
+  // CompositeImplicitAutograd makes the dispatcher recompute that backend's autograd key, which then no longer
+  // takes the same kernel, so the plan wraps the autograd key too, silently.
   explicit Session(const std::vector<std::tuple<std::string, std::string, std::string>>& plan) {
     std::unordered_map<std::string, int32_t> operator_ids;
     for (const auto& [operator_name, key_name, tag] : plan) {
@@ -231,7 +238,7 @@ class Session {
       c10::SafeKernelFunction original = handle->getComputedKernelForDispatchKey(key);
       std::string debug = original.debug();
       sites_.push_back(Site{operator_name, key_name, tag, std::move(debug), handle->operator_name(), key,
-                            found->second, std::move(original)});
+                            found->second, std::move(original), tag != kPassthroughTag});
     }
   }
 
@@ -355,6 +362,10 @@ class Session {
 
   void call(int32_t site_index, const c10::OperatorHandle& op, c10::DispatchKeySet keyset, torch::jit::Stack* stack) {
     const Site& site = sites_[site_index];
+    if (!site.records) {
+      site.original->callBoxed(op, keyset, stack);
+      return;
+    }
     const Frame* parent = (!frames.empty() && frames.back().session == this) ? &frames.back() : nullptr;
     size_t arguments = op.schema().arguments().size();
     auto values = torch::jit::last(*stack, arguments);

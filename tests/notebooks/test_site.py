@@ -23,6 +23,8 @@ from tests.browser import CHROMIUM_FLAGS, chromium_path
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "build" / "site-screenshots"
+# Full-page screenshots of every page, for people to look at, cost more than the checks themselves: taken on request.
+TAKE_SCREENSHOTS = os.environ.get("PU1_SITE_SCREENSHOTS") == "1"
 VIEWPORTS = {"desktop": {"width": 1280, "height": 900}, "phone": {"width": 390, "height": 844}}
 
 pytestmark = pytest.mark.xdist_group("site")  # one worker builds the site once for every test here
@@ -245,7 +247,7 @@ def visit(page, url: str) -> None:
 
 def test_every_page_in_chromium_draws_without_errors_or_network(site, served):
     """Every page at desktop and phone width: no console or page errors, no request off 127.0.0.1, every
-    figure drawn with a size; screenshots of each go to build/site-screenshots."""
+    figure drawn with a size; with PU1_SITE_SCREENSHOTS=1, screenshots of each go to build/site-screenshots."""
     from playwright.sync_api import sync_playwright
 
     problems: list[str] = []
@@ -273,7 +275,8 @@ def test_every_page_in_chromium_draws_without_errors_or_network(site, served):
                     overflow = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
                     if overflow > 1:
                         problems.append(f"{name or 'home'} ({viewport_name}): the page is {overflow} px wider than the screen")
-                    page.screenshot(path=str(folder / f"{name.replace('/', '_') or 'home'}.png"), full_page=True)
+                    if TAKE_SCREENSHOTS:
+                        page.screenshot(path=str(folder / f"{name.replace('/', '_') or 'home'}.png"), full_page=True)
                 page.close()
         finally:
             browser.close()
@@ -314,6 +317,7 @@ def test_search_finds_the_allocator_page_and_the_dark_palette_toggles(served):
             page.wait_for_function(
                 f"() => getComputedStyle(document.querySelector('.plotly-graph-div .main-svg')).backgroundColor !== '{light}'",
                 timeout=10_000)
-            page.screenshot(path=str(SCREENSHOTS / "quickstart-dark.png"), full_page=True)
+            if TAKE_SCREENSHOTS:
+                page.screenshot(path=str(SCREENSHOTS / "quickstart-dark.png"), full_page=True)
         finally:
             browser.close()

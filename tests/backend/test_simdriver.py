@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.xdist_group("simdriver")  # one worker compiles the driver's tests once
+
 DRIVER = Path(__file__).resolve().parents[2] / "backend" / "simdriver"
 FLAGS = ["-O2", "-std=c++17", "-pthread", "-Wall", "-Wextra", f"-I{DRIVER / 'include'}"]
 COMPILE_SECONDS = 300

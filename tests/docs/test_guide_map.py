@@ -18,6 +18,8 @@ from pu1_docs.page_program import PageProgram
 from pu1_explorer.guide import coverage_by_step
 from pu1_explorer.new_backend import EXCERPT_DEVICE, render, vendor_excerpts
 
+pytestmark = pytest.mark.xdist_group("guide-map")  # one worker computes the map's rows once
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -43,6 +43,8 @@ import pytest
 import torch_sim
 from tests.docs.test_guide_interface_tables import family_sites, interface_section, page_of, sim_kernels, table_rows
 
+pytestmark = pytest.mark.xdist_group("guide-paths")  # one worker runs every page's call_path codes once
+
 ROOT = Path(__file__).resolve().parents[2]
 RUNNER = Path(__file__).with_name("guide_path_runner.py")
 GAPS = Path(__file__).with_name("guide_trace_gaps.toml")

@@ -15,6 +15,8 @@ import torch.distributed as dist
 from pu1_explorer.conformance import (PROBE_NAMES, QUICK_ERROR_OPS, QUICK_OPS, QUICK_SAMPLES, Scorecard,
                                       harness, probes, scorecard)
 
+pytestmark = pytest.mark.xdist_group("sim-scorecard")  # one worker takes sim's scorecard once
+
 
 @pytest.fixture(scope="module")
 def sim_card() -> Scorecard:

@@ -1,8 +1,9 @@
 """Speed of the sim backend, as ratios to CPU eager measured in the same run.
 
-Every row times sim and the CPU by the one method of timing.py (`interleaved`: one process, both warmed up,
-rounds taking turns, the median of the round medians with their spread). Run: `make benchmark`
-(or `python benchmarks/backend_speed.py` in the project's virtualenv).
+Every row times sim and the CPU as users run them, by timing.py's `alternating`: each device alone in a fresh
+process with PyTorch's defaults (sim's backward on autograd's device thread), the two taking turns after a warm-up,
+the median of the round medians with their spread. Run: `make benchmark` (or `python benchmarks/backend_speed.py`
+in the project's virtualenv).
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Callable
 import torch
 
 from pu1_explorer import workloads
-from timing import METHOD, Timing, sim_against_cpu
+from timing import METHOD, Timing, Work, sim_against_cpu
 
 
 def multiplies(device: str, size: int, count: int) -> Callable[[], object]:
@@ -105,26 +106,27 @@ def gpt2_training_step(device: str) -> Callable[[], object]:
 
 
 def main() -> int:
-    torch.sim.set_fallback_policy("silent")
     rows: list[tuple[str, Timing, Timing, str]] = []
 
-    def compare(label: str, make: Callable[[str], Callable[[], object]], target: str, **options: int) -> None:
-        cpu, sim = sim_against_cpu(make, **options)
+    def compare(label: str, work: Work, target: str, **options: int) -> None:
+        cpu, sim = sim_against_cpu(work, **options)
         rows.append((label, cpu, sim, target))
         print(f"  measured: {label}", flush=True)
 
     few = {"calls": 5}  # a call of these rows is itself a loop of many operations
-    compare("1,000 multiplies, 64x64 float32 (per-op overhead)", lambda d: multiplies(d, 64, 1000), "<= 1.1x", **few)
+    compare("1,000 multiplies, 64x64 float32 (per-op overhead)",
+            Work("backend_speed", "multiplies", {"size": 64, "count": 1000}), "<= 1.1x", **few)
     compare("100 rounds of 10 small element-wise, reduction and view ops (per-op overhead)",
-            small_operations, "<= 1.1x", **few)
-    compare("100 multiplies, 1024x1024 float32 (bandwidth)", lambda d: multiplies(d, 1024, 100), "<= 1.2x", **few)
-    for name, label, target in (("mlp", "small MLP", "<= 2x"), ("cnn", "small CNN", "<= 2x"),
+            Work("backend_speed", "small_operations"), "<= 1.1x", **few)
+    compare("100 multiplies, 1024x1024 float32 (bandwidth)",
+            Work("backend_speed", "multiplies", {"size": 1024, "count": 100}), "<= 1.05x", **few)
+    for name, label, target in (("mlp", "small MLP", "<= 1.1x"), ("cnn", "small CNN", "<= 2x"),
                                 ("transformer", "transformer encoder layer", "<= 1.1x")):
-        compare(f"one training step, {label} (SGD)", lambda d, name=name: training_step(name, d), target)
-    compare("one training step, small-config GPT-2 (AdamW)", gpt2_training_step, "<= 1.1x")
+        compare(f"one training step, {label} (SGD)", Work("backend_speed", "training_step", {"name": name}), target)
+    compare("one training step, small-config GPT-2 (AdamW)", Work("backend_speed", "gpt2_training_step"), "<= 1.1x")
     for kind in ("LSTM", "GRU", "RNN"):
         compare(f"one training step, 2-layer nn.{kind} (AdamW)",
-                lambda d, kind=kind: recurrent_training_step(kind, d), "<= 1.1x")
+                Work("backend_speed", "recurrent_training_step", {"kind": kind}), "<= 1.1x")
 
     print(f"\ntorch {torch.__version__}, {torch.get_num_threads()} threads; {METHOD} "
           f"(the first three rows: {few['calls']} calls a round)\n")

@@ -2,30 +2,28 @@
 
 Each step is forward, cross-entropy, backward and an SGD update (the optimizer eager, as most
 users run it), with the model compiled by the default backend, inductor. Everything compiles first;
-the four runs (compiled and eager, on sim and on the CPU) are then timed by the one method of
-timing.py (`interleaved`: warmed up, rounds taking turns, the median of the round medians with their
-spread). The ratio is sim over CPU (target <= 1.2x). Run: `make benchmark`.
+the four runs (compiled and eager, on sim and on the CPU) are timed as users run them, by timing.py's
+`alternating`: each alone in a fresh process with PyTorch's defaults, compiling in its warm-up, the
+processes taking turns; the median of the round medians with their spread. The ratio is sim over CPU
+(target <= 1.2x). Run: `make benchmark`.
 """
 from __future__ import annotations
 
 import torch
 
-from backend_speed import training_step
-from timing import METHOD, interleaved
+from timing import METHOD, Work, alternating
 
 
 def main() -> int:
-    torch.sim.set_fallback_policy("silent")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {METHOD}\n")
     print("| model | compiled, sim (ms) | compiled, CPU (ms) | ratio (target <= 1.2x) | eager, sim (ms) | eager, CPU (ms) "
           "| eager ratio |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name, label in (("mlp", "small MLP"), ("transformer", "transformer encoder layer")):
-        runs = {f"{device} {'compiled' if compiled else 'eager'}": training_step(name, device, compiled)
-                for device in ("sim", "cpu") for compiled in (True, False)}
-        for step in runs.values():
-            step()  # compiles
-        timings = interleaved(runs)
+        timings = alternating({
+            f"{device} {'compiled' if compiled else 'eager'}":
+                (device, Work("backend_speed", "training_step", {"name": name, "compiled": compiled}))
+            for device in ("sim", "cpu") for compiled in (True, False)})
         print(f"| {label} | {timings['sim compiled'].milliseconds()} | {timings['cpu compiled'].milliseconds()} "
               f"| {timings['sim compiled'].ratio_to(timings['cpu compiled']):.2f}x "
               f"| {timings['sim eager'].milliseconds()} | {timings['cpu eager'].milliseconds()} "

@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 
 from pu1_explorer import workloads
-from timing import METHOD, interleaved
+from timing import INTERLEAVED_METHOD, interleaved
 
 MULTIPLIES = 1000
 
@@ -67,7 +67,7 @@ def mlp_step_pair() -> tuple[Callable[[], object], Callable[[], object]]:
 
 
 def main() -> None:
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {METHOD}")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {INTERLEAVED_METHOD}")
     print(f"{'workload':<44} {'eager on sim':>26} {'replay':>26} {'ratio':>7} goal")
     for name, (eager, replay), goal in (
         (f"{MULTIPLIES:,} multiplies, 64x64 float32", multiplies_pair(), 0.5),

@@ -15,7 +15,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from pu1_explorer import workloads
-from timing import describe_method, interleaved
+from timing import describe_interleaved, interleaved
 
 ROUNDS = 5
 PASSES = 100
@@ -50,7 +50,7 @@ def main() -> int:
     torch.sim.set_fallback_policy("silent")
     host, device = [ProfilerActivity.CPU], [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {PASSES} forward passes a call; "
-          f"{describe_method(ROUNDS, 1, 1)}\n")
+          f"{describe_interleaved(ROUNDS, 1, 1)}\n")
     print("| model | sim | sim, host profiled | sim, host and device profiled | ratio (target <= 1.5x) "
           "| device part alone | CPU | CPU, host profiled | ratio |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")

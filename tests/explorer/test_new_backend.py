@@ -206,7 +206,8 @@ def test_the_generated_backends_views_share_their_tensors_memory(vendor_backend)
 
 def test_torch_compile_on_the_generated_backend_matches_eager_and_imports_inductor_lazily(vendor_backend):
     """Importing the backend imports neither dynamo nor inductor; compiled embedding (indirect indexing), softmax,
-    torch.cond and a small MLP's forward and backward match eager."""
+    torch.cond and a small MLP's forward and backward match eager, and code compiled for the second device returns
+    its results there."""
     result = run_python(textwrap.dedent("""
         import copy, json, sys, torch, torch_mydev
         lazy = not any(name in sys.modules for name in ("torch._dynamo", "torch._inductor"))
@@ -222,13 +223,15 @@ def test_torch_compile_on_the_generated_backend_matches_eager_and_imports_induct
         mlp(x).pow(2).sum().backward()
         compiled = torch.compile(features)(x.to("mydev"), table.to("mydev"), ids.to("mydev"))
         close = [torch.allclose(got.cpu(), want, atol=1e-5) for got, want in zip(compiled, features(x, table, ids))]
+        second = torch.compile(lambda t: (t * 2).relu() + 1)(x.to("mydev:1"))
+        close.append(second.device == torch.device("mydev:1") and torch.equal(second.cpu(), (x * 2).relu() + 1))
         grads = zip(on_device.parameters(), mlp.parameters())
         close += [torch.allclose(a.grad.cpu(), b.grad, atol=1e-5) for a, b in grads]
         print(json.dumps({"lazy": lazy, "on device": all(t.device.type == "mydev" for t in compiled), "close": close}))
     """), timeout=600, **vendor_backend)
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])
-    assert out == {"lazy": True, "on device": True, "close": [True] * 6}, out
+    assert out == {"lazy": True, "on device": True, "close": [True] * 7}, out
 
 
 def test_compiled_conv2d_on_the_generated_backend_matches_eager_in_either_memory_format(vendor_backend):

@@ -1,4 +1,4 @@
-"""What a second OpenMP team costs every device in the process, and why the benchmarks run backward on the caller.
+"""What a second OpenMP team costs every device in the process: a study of one setting, not users' figures.
 
 PyTorch runs a device's backward pass on autograd's device thread. sim's kernels there are host kernels, so that
 thread starts an OpenMP team of its own beside the main thread's. While two teams live on a 2-core machine, libgomp
@@ -6,8 +6,10 @@ manages more threads than there are cores and stops letting its workers spin bet
 parallel region of every device pays a wake-up. The first table shows it with no sim at all: the CPU's LSTM step,
 first alone, then while a plain thread owns a second team. The second shows sim's own step with its backward on
 autograd's device thread (PyTorch's default) and on the calling thread (`torch.autograd.set_multithreading_enabled`).
+The second state of that row is not how users run sim: its figure shows what the setting changes, and the
+comparisons of sim with the CPU as users run them are backend_speed.py's.
 
-Timed another way than the one method, and says so: a team, once started, stays while its thread lives, so the two
+Timed another way than timing.py's methods, and says so: a team, once started, stays while its thread lives, so the two
 states of a row cannot take turns. Each of ROUNDS fresh processes times the first state, then the second (the
 median of CALLS calls each, after WARM_UP calls); a figure is the median over the processes, with their spread.
 Run: `make benchmark` (or `python benchmarks/openmp_teams.py` in the project's virtualenv).
@@ -89,7 +91,8 @@ def spread(values: list[float]) -> str:
 
 def main() -> int:
     rows = {"cpu": ("the CPU's LSTM step", "one OpenMP team", "while a second thread owns a team"),
-            "sim": ("sim's LSTM step", "backward on the calling thread", "backward on autograd's device thread")}
+            "sim": ("sim's LSTM step", "backward on the calling thread (not PyTorch's default)",
+                    "backward on autograd's device thread (PyTorch's default)")}
     print(f"{ROUNDS} fresh processes per row; in each, the median of {CALLS} calls per state after {WARM_UP} "
           "warm-up calls; a figure is the median over the processes (lowest-highest)\n")
     print("| workload | first state | ms | second state | ms | second / first |")

@@ -16,12 +16,13 @@ WITH_CCACHE := PATH=/usr/lib/ccache:$$PATH
 
 setup: ccache $(VENV)/.installed
 
-# torch and the build tools first; then the package, whose C++ parts (backend/torch_sim/csrc, explorer/pu1_explorer/csrc)
+# torch and the build tools first; then the package, whose C++ parts (backend/torch_sim/csrc over sim's driver in
+# backend/simdriver, explorer/pu1_explorer/csrc)
 # compile against that torch at install time (--no-build-isolation), as vendor extensions do; then
 # toy (examples/toy), the second backend that the scorecard page and the tests run, into build/toy-backend;
 # then the backend that `pu1-explorer new mydev` generates (build/mydev-source), which the page "Start your own
 # backend" and the template's tests run, into build/mydev-backend.
-$(VENV)/.installed: pyproject.toml setup.py constraints.txt docs/tooling/pyproject.toml $(wildcard backend/torch_sim/csrc/*) $(wildcard explorer/pu1_explorer/csrc/*) \
+$(VENV)/.installed: pyproject.toml setup.py constraints.txt docs/tooling/pyproject.toml $(wildcard backend/torch_sim/csrc/*) $(wildcard backend/simdriver/*/*) $(wildcard explorer/pu1_explorer/csrc/*) \
 		$(wildcard examples/toy/csrc/*) $(wildcard examples/toy/torch_toy/*.py) examples/toy/setup.py \
 		explorer/pu1_explorer/new_backend.py $(shell find explorer/pu1_explorer/vendor_template -type f -not -path '*/__pycache__/*')
 	test -x $(PYTHON) || $(SYSTEM_PYTHON) -m venv $(VENV)

@@ -101,8 +101,14 @@ class BuildCore(BuildExtension):
             sys.exit(f"error: compiling {extension.name} failed: {reason}\n(the whole compiler log: {log_path})")
 
 
-def extension(name: str, folder: str) -> list[CppExtension]:
+def extension(name: str, folder: str, library: str | None = None) -> list[CppExtension]:
+    """The extension compiled from `folder`, with the C library in `library` (its src/ compiled in, its include/
+    the only header folder the extension sees of it) linked into the same module."""
     sources = sorted(str(path.relative_to(ROOT)) for path in (ROOT / folder).glob("*.cpp"))
+    library_headers = []
+    if library is not None:
+        sources += sorted(str(path.relative_to(ROOT)) for path in (ROOT / library / "src").glob("*.cpp"))
+        library_headers = [str(ROOT / library / "include")]
     if not sources:
         return []
     # kineto's headers (the activity-profiler interface of backend/torch_sim/csrc/profiler.cpp) sit beside torch's.
@@ -116,12 +122,13 @@ def extension(name: str, folder: str) -> list[CppExtension]:
     # DispatchStub.h declares them, and operators_direct.cpp can hand the CPU's loops to sim's stubs.
     if platform.machine() in ("x86_64", "AMD64"):
         flags += ["-DHAVE_AVX2_CPU_DEFINITION", "-DHAVE_AVX512_CPU_DEFINITION"]
-    return [CppExtension(name, sources, include_dirs=[str(ROOT / folder), *kineto], extra_compile_args=flags)]
+    return [CppExtension(name, sources, include_dirs=[str(ROOT / folder), *library_headers, *kineto],
+                         extra_compile_args=flags)]
 
 
 if __name__ == "__main__":
     setup(
-        ext_modules=(extension("torch_sim._C", "backend/torch_sim/csrc")
+        ext_modules=(extension("torch_sim._C", "backend/torch_sim/csrc", library="backend/simdriver")
                      + extension("pu1_explorer._native", "explorer/pu1_explorer/csrc")),
         cmdclass={"build_ext": BuildCore.with_options(use_ninja=True)},
     )

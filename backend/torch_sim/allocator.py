@@ -1,9 +1,9 @@
 """Step 4, allocator: device memory with per-device statistics and a simulated capacity.
 
 The C++ allocator is a `c10::DeviceAllocator`, so `torch.accelerator.memory_allocated()`
-and friends answer for sim too. Freed blocks are cached (reserved) until
-`empty_cache()` or until a new allocation needs the room. Going past the
-capacity raises `torch.OutOfMemoryError` naming the device and what is free.
+and friends answer for sim too. Its blocks come from sim's driver (`simMalloc`), and are
+cached (reserved) after a free until `empty_cache()` or until a new allocation needs the
+room. Going past the capacity raises `torch.OutOfMemoryError` naming the device and what is free.
 """
 from __future__ import annotations
 
@@ -68,8 +68,15 @@ def mem_get_info(device: Any = None) -> tuple[int, int]:
     return stats["capacity_bytes"] - stats["reserved_bytes.all.current"], stats["capacity_bytes"]
 
 
+def memory_mode() -> str:
+    """'unified': host code can read and write sim's device memory, as on an integrated accelerator. The driver
+    also offers 'discrete' (SIM_MEMORY), memory the host cannot touch, which sim refuses while its kernels run as
+    host code on the calling thread."""
+    return load_runtime().memory_mode()
+
+
 def install() -> None:
     load_runtime().install_allocator()
     export(memory_stats, memory_allocated, max_memory_allocated, memory_reserved, max_memory_reserved,
            reset_peak_memory_stats, reset_accumulated_memory_stats, empty_cache, get_memory_capacity,
-           set_memory_capacity, mem_get_info)
+           set_memory_capacity, mem_get_info, memory_mode)

@@ -6,9 +6,9 @@ way a vendor's `torch.<device>` grows during a bring-up.
 
 PyTorch calls `torch.sim._lazy_init()` once, before the first tensor reaches the device. After it,
 a process that forks gives its child a device it must not use: a real driver's context does not
-survive fork(), so CUDA marks such a child "in a bad fork" and refuses to start there, and so does
-sim (`torch.sim._is_in_bad_fork()`), although its host memory would survive. Code that works on sim
-then also works on a real device: workers that use the device are started with 'spawn'.
+survive fork(), and neither does the executor thread of sim's driver, so CUDA marks such a child "in
+a bad fork" and refuses to start there, and so does sim (`torch.sim._is_in_bad_fork()`). Code that
+works on sim then also works on a real device: workers that use the device are started with 'spawn'.
 """
 from __future__ import annotations
 
@@ -53,9 +53,8 @@ def _lazy_init() -> None:
 
     Like CUDA's, it fails while the runtime cannot start (before the hooks step): a device counted as started
     without its hooks and host allocator crashes torch.accelerator.empty_host_cache(). Like CUDA's, it also fails
-    in a child forked after the device started: a real device's driver context does not survive fork(), so the
-    child must start the device afresh (multiprocessing's 'spawn'). sim's memory is host memory and would survive,
-    but sim refuses as a real device must, so that code which runs on sim also runs on one.
+    in a child forked after the device started: a real device's driver context does not survive fork(), nor does
+    the executor thread of sim's driver, so the child must start the device afresh (multiprocessing's 'spawn').
     """
     torch_sim.require("hooks")
     if _is_in_bad_fork():

@@ -12,7 +12,7 @@ Three layers; a real backend has the same three, but its fallback copies:
 - a boxed fallback for every other operator, counted and, by policy, warned about
   or refused (SIM_FALLBACK). A real device's fallback (PyTorch's `at::native::cpu_fallback`)
   copies every tensor argument to the host, runs the CPU kernel and copies the results
-  back. sim's device memory is host memory, so its fallback runs the CPU kernel on it
+  back. sim's device memory is unified (host code can address it), so its fallback runs the CPU kernel on it
   with no copy: do not take its speed, or its silence about copies, for a real device's.
 
 Some operators no fallback can serve, because PyTorch routes every device but the CPU

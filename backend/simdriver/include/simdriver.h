@@ -39,9 +39,12 @@
  * the failure (event records and waits still complete, so nothing waits forever); once the error
  * has been returned, the device runs work again.
  *
- * Processes: a child forked after the driver initialised cannot use it (its executor thread did
- * not survive the fork); every call there fails with simErrorForkedChild, as CUDA does, and the
- * parent goes on working. At process exit, queued work that has not started is discarded; a task
+ * Processes: the executor thread starts when the first device comes into use (its memory, a stream,
+ * a copy, a launch); calls that only read the configuration (simGetDeviceCount,
+ * simGetDeviceProperties, simSetDevice, simDevicePrimaryCtxGetState) do not start it, as CUDA's
+ * device count creates no context. A child forked after that point cannot use the driver (the
+ * executor did not survive the fork); every call there fails with simErrorForkedChild, as CUDA
+ * does, and the parent goes on working. A child forked before it uses the driver as its own. At process exit, queued work that has not started is discarded; a task
  * already running gets a few seconds to finish, then the process exits without it.
  */
 #ifndef SIMDRIVER_H

@@ -108,8 +108,6 @@ void initialise() {
   }
   g_driver = driver;
   if (config.discrete) simdriver::install_memory_guard();
-  simdriver::start_executor();
-  pthread_atfork(nullptr, nullptr, after_fork_in_child);
   std::atexit(at_exit);
 }
 
@@ -139,9 +137,9 @@ Driver& driver() { return *g_driver; }
 simStatus_t enter(bool after_shutdown_ok) {
   if (g_forked_child.load())
     return fail(simErrorForkedChild,
-                "sim's driver cannot re-initialise in a forked child: the parent had initialised it, and its "
-                "executor thread does not exist here; start children with exec (multiprocessing's 'spawn') or "
-                "fork before the first driver call");
+                "sim's driver cannot re-initialise in a forked child: the parent had started using a device, and "
+                "the driver's executor thread does not exist here; start children with exec (multiprocessing's "
+                "'spawn') or fork before the first device is used");
   std::call_once(g_initialise_once, initialise);
   if (g_initialise_status != simSuccess) return fail(g_initialise_status, g_initialise_message);
   if (!after_shutdown_ok && g_driver->stopping.load())
@@ -161,6 +159,12 @@ simContext_st* activate_device(int device, simStatus_t* status) {
   simContext_st& context = *g_driver->devices[device];
   if (context.active) return &context;
   if ((*status = reserve_device_memory(context)) != simSuccess) return nullptr;
+  if (!g_driver->executor_started) {
+    // The first device in use starts the executor; from then on a forked child cannot use the driver.
+    start_executor();
+    g_driver->executor_started = true;
+    pthread_atfork(nullptr, nullptr, after_fork_in_child);
+  }
   auto stream = std::make_shared<simStream_st>();
   stream->device = device;
   stream->id = static_cast<unsigned long long>(device);

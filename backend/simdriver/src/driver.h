@@ -110,6 +110,7 @@ struct Driver {
   unsigned long long next_stream_id = 0;
   uint64_t serve_counter = 0;
   std::thread executor;
+  bool executor_started = false;     // at the first device's activation
   std::atomic<bool> stopping{false};  // the process is exiting: no new work
   bool executor_stopped = false;
   std::string running_task;       // the name of the task the executor runs, for the exit message

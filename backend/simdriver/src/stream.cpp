@@ -205,7 +205,7 @@ void stop_executor_at_exit() {
   bool stopped = false;
   {
     std::unique_lock<std::mutex> lock(state.mutex);
-    if (state.stopping.exchange(true)) return;
+    if (state.stopping.exchange(true) || !state.executor_started) return;
     for (auto& stream : state.streams) {
       for (auto& task : stream->queue) discarded.push_back(std::move(task));
       stream->queue.clear();

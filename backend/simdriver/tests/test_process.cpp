@@ -124,6 +124,37 @@ TEST(a_forked_child_gets_an_error_and_the_parent_carries_on) {
   CHECK_OK(simFree(device));
 }
 
+CHILD_TEST(forks_before_any_device_is_used_here) {
+  int count = 0;
+  simDeviceProp prop;
+  int active = 1;
+  CHECK_OK(simGetDeviceCount(&count));  // reading the configuration starts no executor
+  CHECK_OK(simGetDeviceProperties(&prop, 0));
+  CHECK_OK(simDevicePrimaryCtxGetState(0, &active));
+  CHECK(active == 0);
+  auto child = harness::run_in_fork(
+      [] {
+        void* device = nullptr;
+        char byte = 7, back = 0;
+        if (simMalloc(&device, 64) != simSuccess) return 10;
+        if (simMemcpy(device, &byte, 1, simMemcpyHostToDevice) != simSuccess) return 11;
+        if (simMemcpy(&back, device, 1, simMemcpyDeviceToHost) != simSuccess || back != 7) return 12;
+        if (simLaunchKernel(nullptr, "count", count_kernel, nullptr, 0, nullptr) != simSuccess) return 13;
+        if (simDeviceSynchronize() != simSuccess || g_runs.load() != 1) return 14;
+        return 0;
+      },
+      60);
+  CHECK_MESSAGE(child.exit_code == 0 && !child.timed_out, child.summary());
+  void* device = nullptr;
+  CHECK_OK(simMalloc(&device, 64));
+  CHECK_OK(simFree(device));
+}
+
+TEST(a_child_forked_before_any_device_is_used_has_a_working_driver) {
+  auto child = harness::run_in_fresh_process("forks_before_any_device_is_used_here", {}, 60);
+  CHECK_MESSAGE(child.exit_code == 0 && !child.timed_out, child.summary());
+}
+
 CHILD_TEST(exits_with_work_queued_here) {
   // Registered before the driver's exit handler (the driver starts at its first call), so it runs after it.
   std::atexit(report_runs_at_exit);

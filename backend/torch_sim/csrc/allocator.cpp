@@ -2,11 +2,12 @@
 //
 // A vendor's allocator is a c10::DeviceAllocator registered for PrivateUse1: allocate() hands out
 // device memory with the deleter that gives it back, and getDeviceStats() and friends answer
-// torch.accelerator.memory_allocated() and the rest. sim's memory is host memory, rounded to
-// 512-byte blocks and cached after a free until empty_cache(); a capacity makes out-of-memory real.
-// Two host allocators live here too: the pinned-memory allocator (an at::HostAllocator) that the
-// hooks hand out and register, and a CPU allocator that gives a host kernel computing for sim:N
-// fresh outputs in sim:N's memory.
+// torch.accelerator.memory_allocated() and the rest. sim's blocks come from its driver (simMalloc,
+// simFree), rounded to 512 bytes and cached after a free until empty_cache(), as a caching
+// allocator keeps what its driver is slow to give; a capacity makes out-of-memory real.
+// Two host allocators live here too: the pinned-memory allocator (an at::HostAllocator over the
+// driver's simMallocHost) that the hooks hand out and register, and a CPU allocator that gives a
+// host kernel computing for sim:N fresh outputs in sim:N's memory.
 #include "sim.h"
 #include "graphs.h"
 #include "interface_trace.h"
@@ -66,7 +67,7 @@ static constexpr size_t kBlockRounding = 512;
 static void release_cached_locked(DeviceMemory& memory) {
   for (auto& [size, blocks] : memory.cached) {
     for (void* p : blocks) {
-      std::free(p);
+      driver_call(simFree(p), "simFree");
       memory.reserved -= static_cast<int64_t>(size);
       memory.segments -= 1;
       memory.device_frees += 1;
@@ -103,9 +104,8 @@ static void* allocate_block(DeviceIndex device, size_t requested) {
             " is free. Free some tensors, or raise the capacity with torch.sim.set_memory_capacity() "
             "or SIM_MEMORY_CAPACITY.");
       }
-      ptr = std::aligned_alloc(64, size);
-      TORCH_CHECK_WITH(OutOfMemoryError, ptr != nullptr, "sim:", static_cast<int>(device),
-                       ": the host could not provide ", format_bytes(size), " for the simulated device memory.");
+      driver_call(simSetDevice(device), "simSetDevice");
+      driver_call(simMalloc(&ptr, size), "simMalloc");
       memory.reserved += static_cast<int64_t>(size);
       memory.peak_reserved = std::max(memory.peak_reserved, memory.reserved);
       memory.segments += 1;
@@ -219,7 +219,9 @@ struct SimAllocator final : c10::DeviceAllocator {
     SIM_TRACE("allocator", "raw_deleter", "");
     return &sim_free;
   }
-  void copy_data(void* dest, const void* src, std::size_t count) const final { std::memcpy(dest, src, count); }
+  void copy_data(void* dest, const void* src, std::size_t count) const final {
+    if (count > 0) driver_call(simMemcpy(dest, src, count, simMemcpyDeviceToDevice), "simMemcpy");
+  }
   bool initialized() override {
     SIM_TRACE("allocator", "initialized", "");
     return g_device_count.load() > 0;
@@ -364,9 +366,7 @@ struct PinnedAllocator final : at::HostAllocator {
       ptr = cached->second.back();
       cached->second.pop_back();
     } else {
-      ptr = std::aligned_alloc(64, size);
-      TORCH_CHECK_WITH(OutOfMemoryError, ptr != nullptr, "sim: could not pin ", format_bytes(nbytes),
-                       " of host memory.");
+      driver_call(simMallocHost(&ptr, size), "simMallocHost");
       g_pinned_stats.allocations.increase(1);
       g_pinned_stats.allocated_bytes.increase(size);
       g_pinned_stats.num_host_alloc += 1;
@@ -395,7 +395,7 @@ struct PinnedAllocator final : at::HostAllocator {
     std::lock_guard<std::mutex> lock(g_pinned_mutex);
     for (auto& [size, blocks] : g_pinned_cached) {
       for (void* ptr : blocks) {
-        std::free(ptr);
+        driver_call(simFreeHost(ptr), "simFreeHost");
         g_pinned_stats.allocations.decrease(1);
         g_pinned_stats.allocated_bytes.decrease(size);
         g_pinned_stats.num_host_free += 1;
@@ -450,6 +450,7 @@ void create_device_memory(int device_count, int64_t capacity) {
   for (int i = 0; i < device_count; ++i) {
     g_memory.push_back(std::make_unique<DeviceMemory>());
     g_memory.back()->capacity = capacity;
+    driver_call(simDeviceSetMemoryLimit(i, static_cast<size_t>(capacity)), "simDeviceSetMemoryLimit");
   }
 }
 
@@ -486,7 +487,23 @@ void bind_allocator(pybind11::module& module) {
     TORCH_CHECK(capacity > 0, "sim: the memory capacity must be a positive number of bytes, got ", capacity);
     DeviceMemory& m = *g_memory[checked(device)];
     std::lock_guard<std::mutex> lock(m.mutex);
+    driver_call(simDeviceSetMemoryLimit(static_cast<int>(device), static_cast<size_t>(capacity)),
+                "simDeviceSetMemoryLimit");
     m.capacity = capacity;
+  });
+  module.def("memory_mode", []() {
+    simDeviceProp properties;
+    driver_call(simGetDeviceProperties(&properties, 0), "simGetDeviceProperties");
+    return std::string(properties.discreteMemory ? "discrete" : "unified");
+  });
+  // What the driver knows of an address: ("device", N), ("pinned", -1) or ("host", -1).
+  module.def("pointer_attributes", [](int64_t address) {
+    simPointerAttributes attributes;
+    driver_call(simPointerGetAttributes(&attributes, reinterpret_cast<const void*>(address)),
+                "simPointerGetAttributes");
+    const char* kind = attributes.type == simMemoryTypeDevice ? "device"
+                       : attributes.type == simMemoryTypeHost ? "pinned" : "host";
+    return std::make_pair(std::string(kind), attributes.device);
   });
 
   module.def("host_memory_stats", []() {

@@ -54,7 +54,10 @@ struct SimHooks final : at::PrivateUse1HooksInterface {
   }
   bool hasPrimaryContext(DeviceIndex device) const override {
     SIM_TRACE("hooks", "hasPrimaryContext", c10::str("device=", static_cast<int>(device)));
-    return device >= 0 && device < g_device_count.load();
+    if (device < 0 || device >= g_device_count.load()) return false;
+    int active = 0;  // a device's context starts with its first use: memory, a stream, a copy
+    driver_call(simDevicePrimaryCtxGetState(device, &active), "simDevicePrimaryCtxGetState");
+    return active != 0;
   }
   DeviceIndex deviceCount() const override {
     SIM_TRACE("hooks", "deviceCount", "");

@@ -517,9 +517,26 @@ at::Tensor& sim_set_empty(at::Tensor& self) {
   return sim_set_storage(self, empty, 0, {0}, {1});
 }
 
+// A copy of one dense block of bytes (same dtype, sizes, strides and lazy bits, no overlap) is the driver's
+// simMemcpy; anything else (a conversion, a gather of strided elements) is a kernel.
+static bool copy_with_driver(const at::Tensor& self, const at::Tensor& dst) {
+  if (self.scalar_type() != dst.scalar_type() || self.sizes() != dst.sizes() || self.strides() != dst.strides() ||
+      self.is_conj() != dst.is_conj() || self.is_neg() != dst.is_neg() || !self.is_non_overlapping_and_dense() ||
+      self.numel() == 0)
+    return false;
+  if (self.device().type() == kSim && dst.device().type() == kSim && self.storage().is_alias_of(dst.storage()))
+    return false;
+  simMemcpyKind kind = self.device().type() != kSim ? simMemcpyHostToDevice
+                       : dst.device().type() != kSim ? simMemcpyDeviceToHost : simMemcpyDeviceToDevice;
+  // dense with equal strides: both blocks start at element 0 and span nbytes()
+  driver_call(simMemcpy(dst.data_ptr(), self.data_ptr(), self.nbytes(), kind), "simMemcpy");
+  return true;
+}
+
 at::Tensor sim_copy_from(const at::Tensor& self, const at::Tensor& dst, bool) {
   c10::Device device = self.device().type() == kSim ? self.device() : dst.device();
   if (any_capture() && capture_copy(self, dst)) return dst;  // graphs.cpp: recorded, not run
+  if (copy_with_driver(self, dst)) return dst;
   HostScope scope(device);
   host_alias(dst).copy_(host_alias(self));
   return dst;
@@ -534,7 +551,10 @@ c10::Scalar sim_local_scalar_dense(const at::Tensor& self) {
   if (any_capture())
     refuse_if_capturing(self.device().index(), "aten::_local_scalar_dense (.item(), or a tensor in a Python "
                         "condition) reads a value that exists only after a replay; read it after the replay");
-  return at::_local_scalar_dense(host_alias(self));
+  if (self.is_conj() || self.is_neg()) return at::_local_scalar_dense(host_alias(self));
+  at::Tensor value = at::empty({}, self.options().device(c10::kCPU));
+  driver_call(simMemcpy(value.data_ptr(), self.data_ptr(), self.itemsize(), simMemcpyDeviceToHost), "simMemcpy");
+  return at::_local_scalar_dense(value);
 }
 
 // ------------------------------------------------- convolution (explicit)

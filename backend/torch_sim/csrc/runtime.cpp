@@ -40,6 +40,14 @@ std::string format_bytes(int64_t bytes) {
   return buffer;
 }
 
+void driver_call(simStatus_t status, const char* call) {
+  if (status == simSuccess) return;
+  std::string message = simGetLastErrorMessage();
+  if (message.empty()) message = simGetErrorString(status);
+  TORCH_CHECK_WITH(OutOfMemoryError, status != simErrorOutOfMemory, "sim's driver: ", call, " failed: ", message);
+  TORCH_CHECK(false, "sim's driver: ", call, " failed (", simGetErrorName(status), "): ", message);
+}
+
 static std::vector<std::unique_ptr<torch::Library>> g_libraries;
 
 torch::Library& new_library(torch::Library::Kind kind, const char* ns, c10::DispatchKey key, const char* file,
@@ -52,6 +60,16 @@ static void install_runtime(int device_count, int64_t capacity) {
   TORCH_CHECK(device_count >= 1 && device_count <= 64, "SIM_DEVICE_COUNT must be between 1 and 64, got ",
               device_count);
   if (g_device_count.load() > 0) return;
+  // The driver reads the same SIM_* variables; asking it for the configuration starts no device.
+  int driver_devices = 0;
+  driver_call(simGetDeviceCount(&driver_devices), "simGetDeviceCount");
+  TORCH_CHECK(driver_devices == device_count, "sim's driver has ", driver_devices, " device(s) but sim expected ",
+              device_count, "; set SIM_DEVICE_COUNT before the backend starts and do not change it afterwards");
+  simDeviceProp properties;
+  driver_call(simGetDeviceProperties(&properties, 0), "simGetDeviceProperties");
+  TORCH_CHECK(properties.discreteMemory == 0,
+              "SIM_MEMORY=discrete needs sim's kernels to run on the device, and they run as host code on the "
+              "calling thread: unset SIM_MEMORY or set it to 'unified'");
   create_device_memory(device_count, capacity);
   g_device_count = device_count;
 }

@@ -10,6 +10,8 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include "simdriver.h"
+
 #include <atomic>
 #include <cstdint>
 #include <optional>
@@ -30,6 +32,9 @@ extern thread_local DeviceIndex t_current_device;
 void check_device_index(DeviceIndex index);  // a clear error for sim:N that does not exist
 DeviceIndex checked(int64_t device);          // the same, for indices that come from Python
 std::string format_bytes(int64_t bytes);
+// sim's PyTorch integration reaches the device only through its driver (backend/simdriver): a failed driver call
+// becomes a C++ error (a RuntimeError in Python) with the driver's message, naming the call.
+void driver_call(simStatus_t status, const char* call);
 // Every registration with the dispatcher goes through here, so that it names the file and the
 // line it was made at (the explorer shows them) and lives as long as the process.
 torch::Library& new_library(torch::Library::Kind kind, const char* ns, c10::DispatchKey key, const char* file,

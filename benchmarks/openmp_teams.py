@@ -91,7 +91,8 @@ def spread(values: list[float]) -> str:
 
 def main() -> int:
     rows = {"cpu": ("the CPU's LSTM step", "one OpenMP team", "while a second thread owns a team"),
-            "sim": ("sim's LSTM step", "backward on the calling thread (not PyTorch's default)",
+            "sim": ("sim's LSTM step",
+                    "backward on the calling thread (not PyTorch's default: a study, not users' figure)",
                     "backward on autograd's device thread (PyTorch's default)")}
     print(f"{ROUNDS} fresh processes per row; in each, the median of {CALLS} calls per state after {WARM_UP} "
           "warm-up calls; a figure is the median over the processes (lowest-highest)\n")

@@ -107,9 +107,11 @@ def set_device(device: Any) -> None:
 
 
 def synchronize(device: Any = None) -> None:
-    """Wait for all work on the device; sim computes synchronously, so this checks the index, and refuses while a
-    stream of the device captures a graph (as CUDA does)."""
-    _runtime().refuse_synchronize_while_capturing(_device_index(device))
+    """Wait until every stream of the device has run the work queued on it; refused while a stream of the device
+    captures a graph (as CUDA does)."""
+    index = _device_index(device)
+    _runtime().refuse_synchronize_while_capturing(index)
+    _runtime().synchronize_device(index)
 
 
 class device:

@@ -1,11 +1,12 @@
-"""Step 6, streams and events: the torch.cuda stream and event API, on a device that runs synchronously.
+"""Step 6, streams and events: the torch.cuda stream and event API, over the driver's streams and events.
 
-The device guard hands out stream ids (a default stream per device, a pool, and
-new streams) and records events with a host timestamp. sim runs every kernel
-synchronously, so a stream is always idle and an event is complete once
-recorded. The API behaves as torch.cuda's does, timing included: elapsed_time()
-measures only between two recorded events both created with enable_timing=True and
-refuses any other pair, as CUDA does; the time it gives is host time.
+The device guard hands out streams (a default stream per device, pools, and new
+streams with a priority), each a stream of sim's driver, and records events on
+them with the driver's events: a record completes when the stream reaches it, a
+wait makes a stream, not the host, wait, and elapsed_time() is the device's clock
+between two completed records of events created with enable_timing=True. Copies
+and device_sleep() run on the device asynchronously; sim's computing kernels still
+run on the calling thread, after the work queued on the current stream.
 """
 from __future__ import annotations
 
@@ -68,6 +69,15 @@ def stream(selected: torch.Stream | None) -> Iterator[None]:
         torch.accelerator.set_stream(previous)
 
 
+def device_sleep(milliseconds: float, device: Any = None) -> None:
+    """Queue a kernel that keeps the current stream of the device busy for `milliseconds` and computes nothing.
+
+    It returns at once, as every launch does: what follows on that stream waits, the host does not. It makes
+    asynchrony visible (a stream that is not idle, a copy that has not landed yet), as torch.cuda._sleep does.
+    """
+    load_runtime().device_sleep(float(milliseconds), _device_index(device))
+
+
 def install() -> None:
     load_runtime().install_streams_events()
-    export(Stream, Event, current_stream, default_stream, set_stream, stream)
+    export(Stream, Event, current_stream, default_stream, set_stream, stream, device_sleep)

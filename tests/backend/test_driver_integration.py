@@ -1,5 +1,7 @@
 """sim over its driver (backend/simdriver): device memory, pinned memory and copies are the driver's, and the
 driver's configuration reaches users as one clear error."""
+import time
+
 import pytest
 import torch
 
@@ -75,3 +77,38 @@ def test_a_capacity_beyond_the_drivers_address_range_is_refused_and_the_old_one_
         torch.sim.set_memory_capacity(1 << 50, device=1)
     assert torch.sim.get_memory_capacity(1) == before
     assert torch.ones(4, device="sim:1").sum().item() == 4
+
+
+def test_a_process_exits_promptly_with_work_still_queued_on_a_stream():
+    """At exit the driver discards queued work that has not started and gives a running kernel a few seconds."""
+    program = ("import torch, torch_sim\n"
+               "x, y = torch.ones(4).pin_memory(), torch.zeros(4, device='sim')\n"
+               "torch.sim.device_sleep(500)\n"
+               "torch.sim.device_sleep(60000)\n"
+               "y.copy_(x, non_blocking=True)\n"
+               "print('queued')\n")
+    started = time.monotonic()
+    result = run_python(program, timeout=60)
+    assert result.returncode == 0 and "queued" in result.stdout, result.stderr
+    assert time.monotonic() - started < 30, "exit waited for the queued minute of work"
+
+
+def test_a_child_forked_with_work_queued_gets_pytorchs_error_and_the_parent_goes_on():
+    program = ("import os, torch, torch_sim\n"
+               "x = torch.ones(4, device='sim')\n"
+               "torch.sim.device_sleep(300)\n"
+               "pid = os.fork()\n"
+               "if pid == 0:\n"
+               "    try:\n"
+               "        torch.ones(2, device='sim') + 1\n"
+               "        os._exit(3)\n"
+               "    except RuntimeError as error:\n"
+               "        print('child:', error, flush=True)\n"
+               "        os._exit(0)\n"
+               "_, status = os.waitpid(pid, 0)\n"
+               "torch.sim.synchronize()\n"
+               "print('child exit', os.waitstatus_to_exitcode(status), 'parent', (x + 1).sum().item())\n")
+    result = run_python(program, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "child exit 0 parent 8.0" in result.stdout, result.stdout
+    assert "child: " in result.stdout and "forked subprocess" in result.stdout, result.stdout

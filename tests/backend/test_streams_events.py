@@ -40,25 +40,23 @@ def test_stream_context_sets_and_restores_the_current_stream():
 
 
 def test_events_record_wait_query_and_time():
-    """elapsed_time() is the host's monotonic time between the two recordings, in milliseconds: it lies between
-    what the host clock measures inside and around them, however loaded the machine is."""
+    """elapsed_time() is the device's clock between the two records, in milliseconds: at least the device_sleep()
+    queued between them, and at most what the host clock measures from the first record to the synchronize."""
     stream = torch.sim.Stream()
     start = torch.sim.Event(enable_timing=True)
     end = torch.sim.Event(enable_timing=True)
     around_start = time.monotonic()
     start.record(stream)
-    inside_start = time.monotonic()
     with torch.sim.stream(stream):
+        torch.sim.device_sleep(30)
         result = torch.ones(3, device="sim") * 2
-    inside_end = time.monotonic()
     end.record(stream)
-    around_end = time.monotonic()
     end.wait(torch.sim.current_stream())
-    assert end.query()
     end.synchronize()
+    around_end = time.monotonic()
+    assert end.query() and start.query()
     elapsed = start.elapsed_time(end)
-    rounding = 1e-3  # milliseconds: the two clocks' readings go through different float conversions
-    assert (inside_end - inside_start) * 1000 - rounding <= elapsed <= (around_end - around_start) * 1000 + rounding
+    assert 30 <= elapsed <= (around_end - around_start) * 1000
     assert torch.equal(result.cpu(), torch.full((3,), 2.0))
 
 
@@ -75,6 +73,7 @@ def test_generic_torch_stream_and_event_work_on_sim():
     event = torch.Event(device="sim:1")
     event.record(stream)
     stream.wait_event(event)
+    event.synchronize()
     assert event.query()
 
 
@@ -139,3 +138,151 @@ def test_record_stream_tells_the_allocator_and_refuses_a_stream_of_another_devic
                                            r"one of cpu\. Pass a torch\.sim\.Stream"):
         tensor.record_stream(torch.Stream(device="cpu"))
     assert torch.equal(tensor.cpu(), torch.ones(4))
+
+
+# ------------------------------------------------------------------------------- an asynchronous device
+# device_sleep() keeps a stream busy on the device while the host goes on. Each assertion that work is still
+# pending is made well inside the sleep, and checks with the host's clock that it was.
+LONG_MS = 1500
+
+
+def within(started: float, milliseconds: float) -> bool:
+    """True while less than half of a sleep that started at `started` (host clock) can have passed."""
+    return (time.monotonic() - started) * 1000 < milliseconds / 2
+
+
+def test_a_stream_with_queued_work_is_busy_until_the_device_ran_it():
+    stream = torch.sim.Stream()
+    done = torch.sim.Event()
+    launched = time.monotonic()
+    with torch.sim.stream(stream):
+        torch.sim.device_sleep(LONG_MS)
+    done.record(stream)
+    pending = (stream.query(), done.query())
+    assert within(launched, LONG_MS), "the host itself stalled for half the sleep; the test proves nothing this time"
+    assert pending == (False, False)
+    assert torch.sim.current_stream().query(), "another stream of the device is not held up by the host"
+    done.synchronize()
+    assert (time.monotonic() - launched) * 1000 >= LONG_MS
+    assert stream.query() and done.query()
+
+
+def test_a_non_blocking_copy_from_pinned_memory_returns_before_it_ran_and_a_blocking_one_after():
+    source = torch.arange(1 << 16, dtype=torch.float32).pin_memory()
+    target = torch.zeros(1 << 16, device="sim")
+    launched = time.monotonic()
+    torch.sim.device_sleep(LONG_MS)
+    target.copy_(source, non_blocking=True)
+    assert within(launched, LONG_MS)
+    assert torch.equal(target.cpu(), source), ".cpu() waits for the copy queued before it"
+    assert (time.monotonic() - launched) * 1000 >= LONG_MS
+    launched = time.monotonic()
+    torch.sim.device_sleep(200)
+    target.copy_(torch.ones(1 << 16))  # pageable and blocking: the host waits
+    assert (time.monotonic() - launched) * 1000 >= 200
+    assert target.sum().item() == 1 << 16
+
+
+def test_reading_on_another_stream_without_a_wait_races_and_with_the_wait_is_right():
+    """The race a user writes: stream `writer` is still copying into x when stream `reader` reads it. Without a
+    wait the reader sees the old values, a wrong answer as on hardware; with wait_stream it is right every time."""
+    ones = torch.ones(1024).pin_memory()
+    writer, reader = torch.sim.Stream(), torch.sim.Stream()
+    x = torch.zeros(1024, device="sim")
+    launched = time.monotonic()
+    with torch.sim.stream(writer):
+        torch.sim.device_sleep(LONG_MS)
+        x.copy_(ones, non_blocking=True)
+    with torch.sim.stream(reader):
+        raced = x * 1
+    assert within(launched, LONG_MS)
+    torch.sim.synchronize()
+    assert raced.sum().item() == 0, "the reader ran before the writer's copy: it saw the zeros"
+    for _ in range(20):
+        x.zero_()
+        with torch.sim.stream(writer):
+            torch.sim.device_sleep(5)
+            x.copy_(ones, non_blocking=True)
+        reader.wait_stream(writer)
+        with torch.sim.stream(reader):
+            waited = x * 1
+        assert waited.sum().item() == 1024
+
+
+def test_a_pinned_block_is_not_handed_out_again_before_the_copy_that_reads_it_ran():
+    source = torch.full((4096,), 7.0).pin_memory()
+    address = source.data_ptr()
+    target = torch.zeros(4096, device="sim")
+    launched = time.monotonic()
+    torch.sim.device_sleep(LONG_MS)
+    target.copy_(source, non_blocking=True)
+    del source
+    reused = torch.empty(4096).pin_memory()
+    assert within(launched, LONG_MS)
+    assert reused.data_ptr() != address
+    reused.fill_(-1.0)
+    assert torch.equal(target.cpu(), torch.full((4096,), 7.0))
+    del reused
+    again = torch.empty(4096).pin_memory()  # the copy has run: the first block may come back
+    assert again.data_ptr() in (address, again.data_ptr())
+
+
+def test_a_block_freed_with_work_pending_goes_to_its_own_stream_at_once_and_to_others_when_that_stream_is_idle():
+    writer, other = torch.sim.Stream(), torch.sim.Stream()
+    ones = torch.ones(1 << 14).pin_memory()
+    launched = time.monotonic()
+    with torch.sim.stream(writer):
+        x = torch.empty(1 << 14, device="sim")
+        address = x.data_ptr()
+        torch.sim.device_sleep(LONG_MS)
+        x.copy_(ones, non_blocking=True)
+        del x
+    with torch.sim.stream(other):
+        elsewhere = torch.empty(1 << 14, device="sim")
+    with torch.sim.stream(writer):
+        same_stream = torch.empty(1 << 14, device="sim")
+    assert within(launched, LONG_MS)
+    assert elsewhere.data_ptr() != address, "another stream got a block the writer's copy still writes"
+    assert same_stream.data_ptr() == address, "the writer's own later work runs after its copy: the block is safe"
+    del same_stream
+    writer.synchronize()
+    with torch.sim.stream(other):
+        assert torch.empty(1 << 14, device="sim").data_ptr() == address
+
+
+def test_record_stream_keeps_a_block_from_the_allocating_stream_while_the_recorded_stream_still_uses_it():
+    user = torch.sim.Stream()
+    ones = torch.ones(1 << 14).pin_memory()
+    for record in (False, True):
+        x = torch.empty(1 << 14, device="sim")
+        address = x.data_ptr()
+        launched = time.monotonic()
+        with torch.sim.stream(user):
+            torch.sim.device_sleep(LONG_MS)
+            x.copy_(ones, non_blocking=True)
+        if record:
+            x.record_stream(user)
+        del x
+        following = torch.empty(1 << 14, device="sim")
+        assert within(launched, LONG_MS)
+        # without record_stream the allocator cannot know: the block goes back to its stream while `user` still
+        # writes into it, the hazard record_stream exists for
+        assert (following.data_ptr() == address) is not record
+        del following
+        user.synchronize()
+
+
+def test_device_sleep_refuses_a_duration_out_of_range_in_one_line():
+    with pytest.raises(ValueError, match="takes 0 to 60000 milliseconds, got -1"):
+        torch.sim.device_sleep(-1)
+
+
+def test_with_sim_launch_blocking_a_launch_returns_after_its_kernel_ran():
+    program = ("import time, torch, torch_sim\n"
+               "launched = time.monotonic()\n"
+               "torch.sim.device_sleep(300)\n"
+               "print(round((time.monotonic() - launched) * 1000))\n")
+    result = run_python(program, SIM_LAUNCH_BLOCKING="1")
+    assert result.returncode == 0, result.stderr
+    waited_ms = int(result.stdout.strip().splitlines()[-1])
+    assert waited_ms >= 300

@@ -27,12 +27,22 @@
 
 namespace sim {
 
+// A free block remembers the streams whose queued work may still use it: the stream it was allocated
+// on and those recordStream() named. It goes back to its own stream at once (the stream's later work
+// runs after the work that used it) and to another stream only once all of those streams are idle.
+struct FreeBlock {
+  void* ptr;
+  c10::StreamId stream;
+  std::vector<c10::StreamId> recorded;
+};
+using FreeBlocks = std::unordered_map<size_t, std::vector<FreeBlock>>;  // block size -> free blocks
+
 // A graph's private pool (graphs.cpp): the blocks its captures allocated; a freed one waits for the
 // pool's next allocation and is never handed to others while the pool lives.
 struct GraphPool {
   int users = 0;
   int64_t reserved = 0, allocated = 0;
-  std::unordered_map<size_t, std::vector<void*>> cached;
+  FreeBlocks cached;
 };
 
 struct DeviceMemory {
@@ -46,7 +56,7 @@ struct DeviceMemory {
   int64_t allocation_count = 0, free_count = 0;
   int64_t allocated_total = 0, freed_total = 0;
   int64_t device_allocs = 0, device_frees = 0, ooms = 0;
-  std::unordered_map<size_t, std::vector<void*>> cached;  // block size -> free blocks
+  FreeBlocks cached;
   std::map<c10::MempoolId_t, GraphPool> graph_pools;
   int64_t graph_pool_reserved = 0, graph_pool_allocated = 0;
 };
@@ -56,7 +66,36 @@ struct Block {
   size_t requested;
   DeviceIndex device;
   c10::MempoolId_t pool{0, 0};  // {0, 0}: the device's common cache
+  c10::StreamId stream = 0;     // the stream current on the device when it was allocated
+  std::vector<c10::StreamId> recorded;  // other streams that used it (recordStream)
 };
+
+static bool stream_idle(DeviceIndex device, c10::StreamId id) {
+  return query_stream(c10::Stream(c10::Stream::UNSAFE, c10::Device(kSim, device), id));
+}
+
+// Takes a free block of `size` for work on `stream`: one freed on that stream, else one no busy stream may still use.
+static void* take_free_block(FreeBlocks& cached, size_t size, DeviceIndex device, c10::StreamId stream) {
+  auto found = cached.find(size);
+  if (found == cached.end()) return nullptr;
+  auto& blocks = found->second;
+  auto usable = [&](const FreeBlock& block, bool other_streams) {
+    if (!other_streams && (block.stream != stream || !block.recorded.empty())) return false;
+    if (block.stream != stream && !stream_idle(device, block.stream)) return false;
+    for (c10::StreamId used : block.recorded)
+      if (used != stream && !stream_idle(device, used)) return false;
+    return true;
+  };
+  for (bool other_streams : {false, true}) {
+    for (auto block = blocks.rbegin(); block != blocks.rend(); ++block) {
+      if (!usable(*block, other_streams)) continue;
+      void* ptr = block->ptr;
+      blocks.erase(std::next(block).base());
+      return ptr;
+    }
+  }
+  return nullptr;
+}
 
 static std::vector<std::unique_ptr<DeviceMemory>> g_memory;
 static std::mutex g_blocks_mutex;
@@ -66,8 +105,8 @@ static constexpr size_t kBlockRounding = 512;
 
 static void release_cached_locked(DeviceMemory& memory) {
   for (auto& [size, blocks] : memory.cached) {
-    for (void* p : blocks) {
-      driver_call(simFree(p), "simFree");
+    for (const FreeBlock& block : blocks) {
+      driver_call(simFree(block.ptr), "simFree");  // the driver frees it once the device's queued work has run
       memory.reserved -= static_cast<int64_t>(size);
       memory.segments -= 1;
       memory.device_frees += 1;
@@ -83,16 +122,14 @@ static void* allocate_block(DeviceIndex device, size_t requested) {
   void* ptr = nullptr;
   c10::MempoolId_t pool_id{0, 0};
   if (any_capture()) pool_id = capture_pool_for_allocation(device).value_or(pool_id);
+  const c10::StreamId stream = current_stream(c10::Device(kSim, device)).id();
   {
     std::lock_guard<std::mutex> lock(memory.mutex);
     auto pool = memory.graph_pools.find(pool_id);
     GraphPool* graph_pool = pool == memory.graph_pools.end() ? nullptr : &pool->second;
     auto& cached = graph_pool != nullptr ? graph_pool->cached : memory.cached;
-    auto found = cached.find(size);
-    if (found != cached.end() && !found->second.empty()) {
-      ptr = found->second.back();
-      found->second.pop_back();
-    } else {
+    ptr = take_free_block(cached, size, device, stream);
+    if (ptr == nullptr) {
       if (memory.reserved + static_cast<int64_t>(size) > memory.capacity) release_cached_locked(memory);
       if (memory.reserved + static_cast<int64_t>(size) > memory.capacity) {
         memory.ooms += 1;
@@ -132,7 +169,7 @@ static void* allocate_block(DeviceIndex device, size_t requested) {
     memory.allocated_total += static_cast<int64_t>(size);
   }
   std::lock_guard<std::mutex> lock(g_blocks_mutex);
-  g_blocks.emplace(static_cast<const char*>(ptr), Block{size, requested, device, pool_id});
+  g_blocks.emplace(static_cast<const char*>(ptr), Block{size, requested, device, pool_id, stream, {}});
   return ptr;
 }
 
@@ -143,7 +180,7 @@ static bool try_free_block(void* ptr) {
     std::lock_guard<std::mutex> lock(g_blocks_mutex);
     auto found = g_blocks.find(static_cast<const char*>(ptr));
     if (found == g_blocks.end()) return false;
-    block = found->second;
+    block = std::move(found->second);
     g_blocks.erase(found);
   }
   DeviceMemory& memory = *g_memory[block.device];
@@ -157,9 +194,9 @@ static bool try_free_block(void* ptr) {
   if (pool != memory.graph_pools.end() && block.pool != c10::MempoolId_t{0, 0}) {
     pool->second.allocated -= static_cast<int64_t>(block.size);
     memory.graph_pool_allocated -= static_cast<int64_t>(block.size);
-    pool->second.cached[block.size].push_back(ptr);
+    pool->second.cached[block.size].push_back({ptr, block.stream, std::move(block.recorded)});
   } else {
-    memory.cached[block.size].push_back(ptr);
+    memory.cached[block.size].push_back({ptr, block.stream, std::move(block.recorded)});
   }
   return true;
 }
@@ -220,7 +257,10 @@ struct SimAllocator final : c10::DeviceAllocator {
     return &sim_free;
   }
   void copy_data(void* dest, const void* src, std::size_t count) const final {
-    if (count > 0) driver_call(simMemcpy(dest, src, count, simMemcpyDeviceToDevice), "simMemcpy");
+    if (count == 0) return;
+    const DeviceIndex device = device_of_pointer(src).value_or(t_current_device);
+    simStream_t stream = driver_stream(current_stream(c10::Device(kSim, device)));
+    driver_call(simMemcpyAsync(dest, src, count, simMemcpyDeviceToDevice, stream), "simMemcpyAsync");
   }
   bool initialized() override {
     SIM_TRACE("allocator", "initialized", "");
@@ -235,6 +275,12 @@ struct SimAllocator final : c10::DeviceAllocator {
   }
   void recordStream(const c10::DataPtr& data, c10::Stream stream) override {
     SIM_TRACE("allocator", "recordStream", c10::str("data=", data.get(), " stream=", stream));
+    std::lock_guard<std::mutex> lock(g_blocks_mutex);
+    auto found = g_blocks.find(static_cast<const char*>(data.get()));
+    if (found == g_blocks.end() || stream.device_type() != kSim || stream.device_index() != found->second.device) return;
+    auto& recorded = found->second.recorded;
+    if (stream.id() != found->second.stream && std::find(recorded.begin(), recorded.end(), stream.id()) == recorded.end())
+      recorded.push_back(stream.id());
   }
   c10::CachingDeviceAllocator::DeviceStats getDeviceStats(DeviceIndex device) override {
     SIM_TRACE("allocator", "getDeviceStats", c10::str("device=", static_cast<int>(device)));
@@ -315,16 +361,30 @@ bool is_sim_memory(const c10::Storage& storage) {
 // torch.accelerator.empty_host_cache() and the host statistics reach it (PyTorch calls the
 // registered host allocator without checking that there is one). Blocks are rounded up to a power
 // of two and kept after a free for the next request of that size until empty_cache(), as CUDA's
-// caching host allocator does. sim runs every kernel synchronously, so a freed block has no pending
-// work on any stream and can be handed out again at once.
+// caching host allocator does. A block that an asynchronous copy used (record_event) is handed out
+// again only once the driver's events say that every stream that used it has run that copy.
 struct PinnedBlock {
   size_t size;       // the rounded size taken from the host
   size_t requested;  // what the caller asked for: the range that is_pinned() answers true for
+  std::vector<simEvent_t> uses;  // one event per asynchronous copy queued with the block
+};
+struct CachedPinnedBlock {
+  void* ptr;
+  std::vector<simEvent_t> uses;
 };
 
 static std::mutex g_pinned_mutex;
-static std::map<const char*, PinnedBlock> g_pinned;                     // blocks in use, by start address
-static std::unordered_map<size_t, std::vector<void*>> g_pinned_cached;  // free blocks, by size
+static std::map<const char*, PinnedBlock> g_pinned;                                // blocks in use, by start address
+static std::unordered_map<size_t, std::vector<CachedPinnedBlock>> g_pinned_cached;  // free blocks, by size
+
+// True once every copy that used the block has run; the events of a block found idle are destroyed.
+static bool uses_finished(std::vector<simEvent_t>& uses) {
+  for (simEvent_t event : uses)
+    if (simEventQuery(event) == simErrorNotReady) return false;
+  for (simEvent_t event : uses) simEventDestroy(event);
+  uses.clear();
+  return true;
+}
 static at::HostStats g_pinned_stats;
 
 static constexpr size_t kPinnedMinimumBlock = 64;
@@ -348,8 +408,8 @@ static void pinned_free(void* ptr) {
   auto found = g_pinned.find(static_cast<const char*>(ptr));
   if (found == g_pinned.end()) return;
   size_t size = found->second.size;
+  g_pinned_cached[size].push_back({ptr, std::move(found->second.uses)});
   g_pinned.erase(found);
-  g_pinned_cached[size].push_back(ptr);
   g_pinned_stats.active_requests.decrease(1);
   g_pinned_stats.active_bytes.decrease(size);
 }
@@ -362,17 +422,23 @@ struct PinnedAllocator final : at::HostAllocator {
     std::lock_guard<std::mutex> lock(g_pinned_mutex);
     void* ptr = nullptr;
     auto cached = g_pinned_cached.find(size);
-    if (cached != g_pinned_cached.end() && !cached->second.empty()) {
-      ptr = cached->second.back();
-      cached->second.pop_back();
-    } else {
+    if (cached != g_pinned_cached.end()) {
+      auto& blocks = cached->second;
+      for (auto block = blocks.rbegin(); block != blocks.rend(); ++block) {
+        if (!uses_finished(block->uses)) continue;
+        ptr = block->ptr;
+        blocks.erase(std::next(block).base());
+        break;
+      }
+    }
+    if (ptr == nullptr) {
       driver_call(simMallocHost(&ptr, size), "simMallocHost");
       g_pinned_stats.allocations.increase(1);
       g_pinned_stats.allocated_bytes.increase(size);
       g_pinned_stats.num_host_alloc += 1;
       g_pinned_stats.bucket_allocation[size_bucket(size)] += 1;
     }
-    g_pinned.emplace(static_cast<const char*>(ptr), PinnedBlock{size, nbytes});
+    g_pinned.emplace(static_cast<const char*>(ptr), PinnedBlock{size, nbytes, {}});
     g_pinned_stats.active_requests.increase(1);
     g_pinned_stats.active_bytes.increase(size);
     return {ptr, ptr, &pinned_free, c10::Device(c10::kCPU)};
@@ -383,18 +449,24 @@ struct PinnedAllocator final : at::HostAllocator {
   }
   void copy_data(void* dest, const void* src, std::size_t count) const final { std::memcpy(dest, src, count); }
 
-  // A block in use is "recorded" on the stream; sim's streams never have work pending, so there is
-  // nothing to wait for before the block is reused.
-  bool record_event(void* ptr, void*, c10::Stream) override {
-    SIM_TRACE("host_allocator", "record_event", c10::str("ptr=", ptr));
+  // An asynchronous copy on `stream` uses the block: an event recorded there tells when it is done.
+  bool record_event(void* ptr, void*, c10::Stream stream) override {
+    SIM_TRACE("host_allocator", "record_event", c10::str("ptr=", ptr, " stream=", stream));
     std::lock_guard<std::mutex> lock(g_pinned_mutex);
-    return g_pinned.count(static_cast<const char*>(ptr)) > 0;
+    auto found = g_pinned.find(static_cast<const char*>(ptr));
+    if (found == g_pinned.end()) return false;
+    simEvent_t event = nullptr;
+    driver_call(simEventCreateWithFlags(&event, simEventDisableTiming), "simEventCreateWithFlags");
+    found->second.uses.push_back(event);
+    driver_call(simEventRecord(event, driver_stream(stream)), "simEventRecord");
+    return true;
   }
   void empty_cache() override {
     SIM_TRACE("host_allocator", "empty_cache", "");
     std::lock_guard<std::mutex> lock(g_pinned_mutex);
     for (auto& [size, blocks] : g_pinned_cached) {
-      for (void* ptr : blocks) {
+      for (auto& [ptr, uses] : blocks) {
+        for (simEvent_t event : uses) simEventDestroy(event);  // simFreeHost waits for the copies itself
         driver_call(simFreeHost(ptr), "simFreeHost");
         g_pinned_stats.allocations.decrease(1);
         g_pinned_stats.allocated_bytes.decrease(size);

@@ -55,13 +55,13 @@ struct SimGuardImpl final : c10::impl::DeviceGuardImplInterface {
     SIM_TRACE("guard", "getDefaultStream", c10::str("device=", device));
     return c10::Stream(c10::Stream::DEFAULT, resolved(device));
   }
-  c10::Stream getStreamFromGlobalPool(c10::Device device, bool) const override {
+  c10::Stream getStreamFromGlobalPool(c10::Device device, bool high_priority) const override {
     SIM_TRACE("guard", "getStreamFromGlobalPool", c10::str("device=", device));
-    return stream_from_pool(resolved(device));
+    return stream_from_pool(resolved(device), high_priority);
   }
   c10::Stream getNewStream(c10::Device device, int priority) const override {
     SIM_TRACE("guard", "getNewStream", c10::str("device=", device, " priority=", priority));
-    return new_stream(resolved(device));
+    return new_stream(resolved(device), priority);
   }
   // sim computes with the host's kernels, so every dtype the CPU has is supported (the default).
   // Every dtype but the quantized ones: sim registers no QuantizedPrivateUse1 kernels, so it cannot hold them.
@@ -88,10 +88,11 @@ struct SimGuardImpl final : c10::impl::DeviceGuardImplInterface {
   }
   void block(void* event, const c10::Stream& stream) const override {
     SIM_TRACE("guard", "block", c10::str("event=", event, " stream=", stream));
+    block_on_event(event, stream);
   }
   bool queryEvent(void* event) const override {
     SIM_TRACE("guard", "queryEvent", c10::str("event=", event));
-    return true;
+    return query_event(event);
   }
   void destroyEvent(void* event, const DeviceIndex) const noexcept override {
     SIM_TRACE("guard", "destroyEvent", c10::str("event=", event));
@@ -99,19 +100,22 @@ struct SimGuardImpl final : c10::impl::DeviceGuardImplInterface {
   }
   bool queryStream(const c10::Stream& stream) const override {
     SIM_TRACE("guard", "queryStream", c10::str("stream=", stream));
-    return true;
+    return query_stream(stream);
   }
   void synchronizeStream(const c10::Stream& stream) const override {
     SIM_TRACE("guard", "synchronizeStream", c10::str("stream=", stream));
     refuse_synchronize_while_capturing(stream.device_index(), stream.id());
+    synchronize_stream(stream);
   }
   void synchronizeEvent(void* event) const override {
     SIM_TRACE("guard", "synchronizeEvent", c10::str("event=", event));
+    synchronize_event(event);
   }
   void synchronizeDevice(const DeviceIndex device_index) const override {
     SIM_TRACE("guard", "synchronizeDevice", c10::str("device=", static_cast<int>(device_index)));
     check_device_index(device_index);
     refuse_synchronize_while_capturing(device_index, -1);
+    synchronize_device(device_index);
   }
   // graphs.cpp: a stream captures between a graph's capture_begin and capture_end
   bool isStreamCapturing(const c10::Stream& stream) const override {

@@ -10,6 +10,7 @@
 #include "graphs.h"
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/transformers/attention.h>
 #include <ATen/native/transformers/sdp_utils_cpp.h>
@@ -40,7 +41,11 @@ void grow_storage(const c10::Storage& storage, size_t new_bytes) {
     throw;
   }
   t_current_device = previous;
-  if (storage.nbytes() > 0 && storage.data() != nullptr) std::memcpy(fresh.get(), storage.data(), storage.nbytes());
+  if (storage.nbytes() > 0 && storage.data() != nullptr) {
+    simStream_t stream = driver_stream(current_stream(c10::Device(kSim, device)));
+    driver_call(simMemcpyAsync(fresh.get(), storage.data(), storage.nbytes(), simMemcpyDeviceToDevice, stream),
+                "simMemcpyAsync");
+  }
   auto* impl = storage.unsafeGetStorageImpl();
   impl->set_data_ptr_noswap(std::move(fresh));
   impl->set_nbytes(new_bytes);
@@ -83,7 +88,11 @@ static at::Tensor host_alias(const at::Tensor& t) {
   return tensor_on_storage(host_view_of_storage(t.storage()), c10::DispatchKey::CPU, t);
 }
 
-at::Tensor host_view(const at::Tensor& device_tensor) { return host_alias(device_tensor); }
+at::Tensor host_view(const at::Tensor& device_tensor) {
+  if (device_tensor.defined() && device_tensor.device().type() == kSim)
+    wait_for_current_stream(device_tensor.device().index());
+  return host_alias(device_tensor);
+}
 
 // Takes over a host tensor whose bytes the sim allocator handed out (a fresh output
 // of a host kernel) as a sim tensor, without copying.
@@ -100,7 +109,9 @@ struct HostScope {
   DeviceIndex previous_redirect;
   c10::impl::ExcludeDispatchKeyGuard no_autograd{c10::autograd_dispatch_keyset_with_ADInplaceOrView};
   explicit HostScope(c10::Device device)
-      : device_guard(device), previous_redirect(exchange_host_redirect(device.index())) {}
+      : device_guard(device), previous_redirect(exchange_host_redirect(device.index())) {
+    wait_for_current_stream(device.index());  // the host kernel comes after the work queued before it
+  }
   ~HostScope() { exchange_host_redirect(previous_redirect); }
 };
 
@@ -518,25 +529,47 @@ at::Tensor& sim_set_empty(at::Tensor& self) {
 }
 
 // A copy of one dense block of bytes (same dtype, sizes, strides and lazy bits, no overlap) is the driver's
-// simMemcpy; anything else (a conversion, a gather of strided elements) is a kernel.
-static bool copy_with_driver(const at::Tensor& self, const at::Tensor& dst) {
+// simMemcpyAsync on the current stream of the sim device involved (the source's between two devices), as CUDA's
+// copies run on the current stream; anything else (a conversion, a gather of strided elements) is a kernel.
+// The host waits for the copy unless it may not (non_blocking=True with pinned host memory, or a copy within
+// one device, which later work on the stream is ordered after), as on CUDA.
+static bool copy_with_driver(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   if (self.scalar_type() != dst.scalar_type() || self.sizes() != dst.sizes() || self.strides() != dst.strides() ||
       self.is_conj() != dst.is_conj() || self.is_neg() != dst.is_neg() || !self.is_non_overlapping_and_dense() ||
       self.numel() == 0)
     return false;
-  if (self.device().type() == kSim && dst.device().type() == kSim && self.storage().is_alias_of(dst.storage()))
-    return false;
-  simMemcpyKind kind = self.device().type() != kSim ? simMemcpyHostToDevice
-                       : dst.device().type() != kSim ? simMemcpyDeviceToHost : simMemcpyDeviceToDevice;
+  const bool from_device = self.device().type() == kSim, to_device = dst.device().type() == kSim;
+  if (from_device && to_device && self.storage().is_alias_of(dst.storage())) return false;
+  const simMemcpyKind kind = !from_device ? simMemcpyHostToDevice
+                             : !to_device ? simMemcpyDeviceToHost : simMemcpyDeviceToDevice;
+  const c10::Device device = from_device ? self.device() : dst.device();
+  const bool across_devices = from_device && to_device && self.device() != dst.device();
+  if (across_devices) wait_for_current_stream(dst.device().index());  // its stream may still read the destination
+  const c10::Stream stream = current_stream(device);
+  simStream_t handle = driver_stream(stream);
   // dense with equal strides: both blocks start at element 0 and span nbytes()
-  driver_call(simMemcpy(dst.data_ptr(), self.data_ptr(), self.nbytes(), kind), "simMemcpy");
+  driver_call(simMemcpyAsync(dst.data_ptr(), self.data_ptr(), self.nbytes(), kind, handle), "simMemcpyAsync");
+  const at::Tensor& host = from_device ? dst : self;
+  const bool pinned_host = kind != simMemcpyDeviceToDevice && is_pinned_address(host.data_ptr());
+  if (pinned_host && non_blocking) {
+    // the pinned block must not be handed out again before the stream has run the copy
+    const c10::DataPtr& block = host.storage().data_ptr();
+    pinned_allocator()->record_event(block.get(), block.get_context(), stream);
+    return true;
+  }
+  if (kind == simMemcpyDeviceToDevice && !across_devices) return true;
+  driver_call(simStreamSynchronize(handle), "simStreamSynchronize");
   return true;
 }
 
-at::Tensor sim_copy_from(const at::Tensor& self, const at::Tensor& dst, bool) {
+at::Tensor sim_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   c10::Device device = self.device().type() == kSim ? self.device() : dst.device();
   if (any_capture() && capture_copy(self, dst)) return dst;  // graphs.cpp: recorded, not run
-  if (copy_with_driver(self, dst)) return dst;
+  if (copy_with_driver(self, dst, non_blocking)) return dst;
+  if (self.device().type() == kSim && dst.device().type() == kSim && self.device() != dst.device()) {
+    wait_for_current_stream(self.device().index());
+    wait_for_current_stream(dst.device().index());
+  }
   HostScope scope(device);
   host_alias(dst).copy_(host_alias(self));
   return dst;
@@ -551,9 +584,12 @@ c10::Scalar sim_local_scalar_dense(const at::Tensor& self) {
   if (any_capture())
     refuse_if_capturing(self.device().index(), "aten::_local_scalar_dense (.item(), or a tensor in a Python "
                         "condition) reads a value that exists only after a replay; read it after the replay");
-  if (self.is_conj() || self.is_neg()) return at::_local_scalar_dense(host_alias(self));
+  if (self.is_conj() || self.is_neg()) {
+    wait_for_current_stream(self.device().index());
+    return at::_local_scalar_dense(host_alias(self));
+  }
   at::Tensor value = at::empty({}, self.options().device(c10::kCPU));
-  driver_call(simMemcpy(value.data_ptr(), self.data_ptr(), self.itemsize(), simMemcpyDeviceToHost), "simMemcpy");
+  copy_with_driver(self.as_strided({}, {}), value, false);
   return at::_local_scalar_dense(value);
 }
 

@@ -287,12 +287,23 @@ at::Tensor on_host_route(const Registered& registered, const Args&... args) {
   return std::move(stack.back()).toTensor();
 }
 
-// One device-kernel record per operator call, also when a direct kernel calls another.
+// One device-kernel record per operator call, also when a direct kernel calls another. The kernel runs on the
+// calling thread once the work queued on the device's current stream has run.
 thread_local int t_direct_depth = 0;
 struct KernelRecord {
   const Registered& registered;
   c10::Device device;
-  int64_t start_ns = t_direct_depth++ == 0 && recording_kernels() ? c10::getTime() : 0;
+  int64_t start_ns = begin(device);
+  static int64_t begin(c10::Device device) {
+    if (t_direct_depth++ > 0) return 0;
+    try {
+      wait_for_current_stream(device.index());
+    } catch (...) {
+      --t_direct_depth;
+      throw;
+    }
+    return recording_kernels() ? c10::getTime() : 0;
+  }
   ~KernelRecord() {
     --t_direct_depth;
     if (start_ns != 0) record_kernel(registered.kernel_name, start_ns, c10::getTime(), device);

@@ -13,7 +13,7 @@
 //   (`torch.autograd.profiler.profile(use_device="sim", use_kineto=False)`): two device events
 //   recorded on the current stream around each operator, and the time between them.
 //
-// sim runs its kernels synchronously on the host, so a kernel's device time is the time its host
+// sim runs its computing kernels synchronously on the calling thread, so a kernel's device time is the time its host
 // kernel took.
 #define USE_KINETO 1
 #include "sim.h"

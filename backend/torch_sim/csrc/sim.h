@@ -58,9 +58,20 @@ c10::impl::DeviceGuardImplInterface& guard_impl();
 // ---------------------------------------------------- streams_events.cpp
 c10::Stream current_stream(c10::Device device);
 c10::Stream exchange_current_stream(c10::Stream stream);
-c10::Stream stream_from_pool(c10::Device device);
-c10::Stream new_stream(c10::Device device);
+c10::Stream stream_from_pool(c10::Device device, bool high_priority);
+c10::Stream new_stream(c10::Device device, int priority);
+// The driver's handle of a stream (NULL for a default stream), with the driver's current device set to the stream's.
+simStream_t driver_stream(const c10::Stream& stream);
+// Blocks the host until the calling thread's current stream of `device` has run all the work queued on it: host
+// code that reads or writes the device's memory calls it first.
+void wait_for_current_stream(DeviceIndex device);
+bool query_stream(const c10::Stream& stream);
+void synchronize_stream(const c10::Stream& stream);
+void synchronize_device(DeviceIndex device);
 void record_event(void** event, const c10::Stream& stream, c10::EventFlag flag);
+void block_on_event(void* event, const c10::Stream& stream);
+bool query_event(void* event);
+void synchronize_event(void* event);
 void destroy_event(void* event) noexcept;
 double elapsed_milliseconds(void* start, void* end);
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 import unittest
 from pathlib import Path
@@ -32,6 +33,12 @@ def _load_example():
     spec.loader.exec_module(module)
     return module
 
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Every OpInfo sample_inputs() call walks the stack (inspect.stack) to seed from the calling test; a frame whose
+    # file no imported module has as its __file__ makes inspect scan all of sys.modules. In an xdist worker the
+    # bottom frames run xdist/remote.py's code without importing it: importing it names those frames.
+    import xdist.remote  # noqa: F401
 
 example = _load_example()
 # The device-specific classes that instantiate_device_type_tests made there, collected here.

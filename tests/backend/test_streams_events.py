@@ -286,3 +286,10 @@ def test_with_sim_launch_blocking_a_launch_returns_after_its_kernel_ran():
     assert result.returncode == 0, result.stderr
     waited_ms = int(result.stdout.strip().splitlines()[-1])
     assert waited_ms >= 300
+
+
+def test_a_stream_id_sim_never_gave_out_is_refused_in_one_line():
+    made_up = torch.Stream(stream_id=987654321, device_index=0, device_type=20)  # 20: PrivateUse1
+    with pytest.raises(RuntimeError, match="sim:0 has no stream with id 987654321: use a stream that torch.sim.Stream"):
+        torch.accelerator.set_stream(made_up)
+    assert torch.sim.current_stream().stream_id == 0

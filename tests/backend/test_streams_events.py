@@ -222,9 +222,6 @@ def test_a_pinned_block_is_not_handed_out_again_before_the_copy_that_reads_it_ra
     assert reused.data_ptr() != address
     reused.fill_(-1.0)
     assert torch.equal(target.cpu(), torch.full((4096,), 7.0))
-    del reused
-    again = torch.empty(4096).pin_memory()  # the copy has run: the first block may come back
-    assert again.data_ptr() in (address, again.data_ptr())
 
 
 def test_a_block_freed_with_work_pending_goes_to_its_own_stream_at_once_and_to_others_when_that_stream_is_idle():

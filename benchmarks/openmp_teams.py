@@ -94,6 +94,7 @@ def main() -> int:
             "sim": ("sim's LSTM step",
                     "backward on the calling thread (not PyTorch's default: a study, not users' figure)",
                     "backward on autograd's device thread (PyTorch's default)")}
+    print("A study of one setting, not users' figures (backend_speed.py has those).")
     print(f"{ROUNDS} fresh processes per row; in each, the median of {CALLS} calls per state after {WARM_UP} "
           "warm-up calls; a figure is the median over the processes (lowest-highest)\n")
     print("| workload | first state | ms | second state | ms | second / first |")

@@ -29,7 +29,9 @@ public classes and settings:
   compiled for sim:1 would return its results on sim:0; sim's wrapper (`make_allocation`) writes the
   buffer's whole device.
 
-The generated kernels read and write sim memory at once, so a graph capture (step 15) cannot record
+The generated kernels read and write sim memory from the host at once: each call waits for the work
+queued on the current stream first (sim's eager kernels, the wrapper's extern kernels among them, run
+on its driver's executor), and a graph capture (step 15) cannot record
 them: sim's wrapper starts the generated call with `torch.sim.refuse_if_capturing(...)`, which fails
 the capture with a clear error instead of leaving a replay that silently skips them.
 
@@ -83,12 +85,14 @@ def inductor_backend() -> dict[str, type]:
     from torch._inductor.codegen.wrapper_fxir import WrapperFxCodegen
 
     class HostKernelCalls:
-        """Calls the C++ kernels as kernels of the host CPU, which they are: they run there, on sim memory."""
+        """Calls the C++ kernels as kernels of the host CPU, which they are: they run there, on sim memory, once the
+        work queued on the current stream (sim's own kernels, which run on its driver's executor) has run."""
 
         def generate_kernel_call(self, kernel_name: str, call_args: Any, *, device: Any = None, triton: bool = True,
                                  **options: Any) -> None:
             if not triton:
                 device = torch.device("cpu")
+                self.writeline("torch.sim.current_stream().synchronize()")
             super().generate_kernel_call(kernel_name, call_args, device=device, triton=triton, **options)
 
     class IndexedAllocations:

@@ -4,9 +4,9 @@ The device guard hands out streams (a default stream per device, pools, and new
 streams with a priority), each a stream of sim's driver, and records events on
 them with the driver's events: a record completes when the stream reaches it, a
 wait makes a stream, not the host, wait, and elapsed_time() is the device's clock
-between two completed records of events created with enable_timing=True. Copies
-and device_sleep() run on the device asynchronously; sim's computing kernels still
-run on the calling thread, after the work queued on the current stream.
+between two completed records of events created with enable_timing=True. Kernels,
+copies and device_sleep() run on the device asynchronously, in the order of their
+stream.
 """
 from __future__ import annotations
 

@@ -59,8 +59,9 @@ def test_memory_mode_is_unified_by_default():
 
 
 @pytest.mark.parametrize(("variable", "value", "message"), [
-    ("SIM_MEMORY", "discrete", "SIM_MEMORY=discrete needs sim's kernels to run on the device, and they run as host "
-                               "code on the calling thread: unset SIM_MEMORY or set it to 'unified'"),
+    ("SIM_MEMORY", "discrete", "SIM_MEMORY=discrete is not supported yet: torch.compile's generated kernels and "
+                               "simccl's collectives read device memory from host threads; unset SIM_MEMORY or set it "
+                               "to 'unified'"),
     ("SIM_MEMORY", "shared", "SIM_MEMORY must be 'unified' or 'discrete', got 'shared'; correct or unset the variable"),
     ("SIM_LAUNCH_BLOCKING", "yes", "SIM_LAUNCH_BLOCKING must be '0' or '1', got 'yes'"),
 ])

@@ -36,6 +36,7 @@ def test_stream_context_sets_and_restores_the_current_stream():
         assert torch.sim.current_stream() == stream
         result = torch.ones(3, device="sim") * 2
     assert torch.sim.current_stream().stream_id == 0
+    torch.sim.current_stream().wait_stream(stream)  # the result was computed on the other stream
     assert torch.equal(result.cpu(), torch.full((3,), 2.0))
 
 
@@ -189,6 +190,7 @@ def test_reading_on_another_stream_without_a_wait_races_and_with_the_wait_is_rig
     ones = torch.ones(1024).pin_memory()
     writer, reader = torch.sim.Stream(), torch.sim.Stream()
     x = torch.zeros(1024, device="sim")
+    x * 1  # the first float32 multiply runs before its call returns (operators_direct.cpp: launch_direct); later ones do not
     launched = time.monotonic()
     with torch.sim.stream(writer):
         torch.sim.device_sleep(LONG_MS)
@@ -200,12 +202,14 @@ def test_reading_on_another_stream_without_a_wait_races_and_with_the_wait_is_rig
     assert raced.sum().item() == 0, "the reader ran before the writer's copy: it saw the zeros"
     for _ in range(20):
         x.zero_()
+        writer.wait_stream(torch.sim.current_stream())
         with torch.sim.stream(writer):
             torch.sim.device_sleep(5)
             x.copy_(ones, non_blocking=True)
         reader.wait_stream(writer)
         with torch.sim.stream(reader):
             waited = x * 1
+        torch.sim.current_stream().wait_stream(reader)
         assert waited.sum().item() == 1024
 
 

@@ -39,7 +39,8 @@ def test_the_dispatch_trace_comes_from_the_same_run(device_index_path):
     assert device_index_path.error is None
     hops = [(hop.operator, hop.key) for hop in device_index_path.dispatch.hops if not hop.skipped]
     assert ("aten::randn", "PrivateUse1") in hops and ("aten::normal_", "PrivateUse1") in hops
-    assert device_index_path.methods()[0] == "guard.exchangeDevice"
+    methods_after_lazy_init = [m for m in device_index_path.methods() if m != "device_module._lazy_init"]
+    assert methods_after_lazy_init[0] == "guard.exchangeDevice"  # _lazy_init comes first in a fresh process
     assert "aten::randn" in device_index_path.to_text()
 
 

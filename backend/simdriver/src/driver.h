@@ -114,6 +114,8 @@ struct Driver {
   std::atomic<bool> stopping{false};  // the process is exiting: no new work
   bool executor_stopped = false;
   std::string running_task;       // the name of the task the executor runs, for the exit message
+  std::atomic<uint64_t> submissions{0};  // tasks ever queued, for the executor's idle spin
+  std::atomic<uint64_t> completions{0};  // tasks ever finished, for a waiter's spin
 };
 
 // The driver's state; valid once enter() has succeeded.

@@ -21,6 +21,18 @@ using simdriver::fail;
 using simdriver::Task;
 
 constexpr auto kExitGrace = std::chrono::seconds(3);
+// Before the executor sleeps, and before a caller sleeps on unfinished work, each watches for a moment for
+// what it waits for: a launch and a wait that find each other in time cost no wake-up of a sleeping thread.
+constexpr auto kSpin = std::chrono::microseconds(50);
+
+// Releases `lock` and waits up to kSpin for `counter` to move from `seen`; returns with `lock` held.
+void spin_on(std::unique_lock<std::mutex>& lock, const std::atomic<uint64_t>& counter, uint64_t seen) {
+  lock.unlock();
+  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  while (counter.load(std::memory_order_acquire) == seen && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  lock.lock();
+}
 thread_local bool t_on_executor = false;
 
 // Completes the waits at the head of the queues whose event has completed, forgets destroyed
@@ -34,6 +46,7 @@ std::shared_ptr<simStream_st> next_ready_stream(Driver& state, bool* progressed)
       if (wait.event->completed_generation < wait.generation) break;
       stream->queue.pop_front();
       stream->completed += 1;
+      state.completions.fetch_add(1, std::memory_order_release);
       *progressed = true;
     }
     if (stream->destroyed && stream->queue.empty()) {
@@ -77,15 +90,23 @@ void executor_main() {
   t_on_executor = true;
   Driver& state = driver();
   std::unique_lock<std::mutex> lock(state.mutex);
+  bool spun = false;
   while (!state.stopping.load()) {
     bool progressed = false;
     auto stream = next_ready_stream(state, &progressed);
     if (progressed) state.done.notify_all();
     if (stream == nullptr) {
+      if (!spun) {
+        spun = true;
+        spin_on(lock, state.submissions, state.submissions.load(std::memory_order_acquire));
+        continue;
+      }
+      spun = false;
       simdriver::close_device_memory();
       state.work.wait(lock);
       continue;
     }
+    spun = false;
     Task task = std::move(stream->queue.front());
     stream->queue.pop_front();
     stream->last_served = ++state.serve_counter;
@@ -114,6 +135,7 @@ void executor_main() {
       }
     }
     stream->completed += 1;
+    state.completions.fetch_add(1, std::memory_order_release);
     // Discrete memory closes before a waiting caller wakes, so that its next host access is caught.
     if (next_ready_stream(state, &progressed) == nullptr) simdriver::close_device_memory();
     state.done.notify_all();
@@ -160,13 +182,18 @@ std::shared_ptr<simStream_st> resolve_stream(simStream_t stream, simStatus_t* st
 uint64_t submit(const std::shared_ptr<simStream_st>& stream, Task task) {
   stream->queue.push_back(std::move(task));
   stream->submitted += 1;
+  driver().submissions.fetch_add(1, std::memory_order_release);
   driver().work.notify_one();
   return stream->submitted;
 }
 
 void wait_for_task(std::unique_lock<std::mutex>& lock, const std::shared_ptr<simStream_st>& stream, uint64_t sequence) {
   Driver& state = driver();
-  state.done.wait(lock, [&] { return stream->completed >= sequence || state.executor_stopped; });
+  auto finished = [&] { return stream->completed >= sequence || state.executor_stopped; };
+  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  while (!t_on_executor && !finished() && std::chrono::steady_clock::now() < deadline)
+    spin_on(lock, state.completions, state.completions.load(std::memory_order_acquire));
+  state.done.wait(lock, finished);
 }
 
 void wait_for_device(std::unique_lock<std::mutex>& lock, int device) {

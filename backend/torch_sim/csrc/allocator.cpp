@@ -130,15 +130,24 @@ static void* allocate_block(DeviceIndex device, size_t requested) {
     auto& cached = graph_pool != nullptr ? graph_pool->cached : memory.cached;
     ptr = take_free_block(cached, size, device, stream);
     if (ptr == nullptr) {
-      if (memory.reserved + static_cast<int64_t>(size) > memory.capacity) release_cached_locked(memory);
+      // A kernel (sim's host kernels allocate their outputs as they run) cannot return the cache: the driver
+      // frees memory once the device has run the work queued before, and the kernel is such work itself.
+      const bool in_kernel = on_device();
+      if (memory.reserved + static_cast<int64_t>(size) > memory.capacity && !in_kernel) release_cached_locked(memory);
       if (memory.reserved + static_cast<int64_t>(size) > memory.capacity) {
         memory.ooms += 1;
         int64_t free_bytes = std::max<int64_t>(0, memory.capacity - memory.reserved);
+        const int64_t cached = memory.reserved - memory.allocated - memory.graph_pool_reserved +
+                               memory.graph_pool_allocated;
+        const std::string unreturned =
+            in_kernel && cached > 0 ? c10::str(", and ", format_bytes(cached), " is cached, which a kernel cannot "
+                                               "return to the device (torch.sim.empty_cache() before the call can)")
+                                    : std::string();
         TORCH_CHECK_WITH(OutOfMemoryError, false,
             "sim:", static_cast<int>(device), " out of memory: tried to allocate ", format_bytes(requested),
             "; the device has a capacity of ", format_bytes(memory.capacity), ", of which ",
             format_bytes(memory.allocated), " is allocated by tensors and ", format_bytes(free_bytes),
-            " is free. Free some tensors, or raise the capacity with torch.sim.set_memory_capacity() "
+            " is free", unreturned, ". Free some tensors, or raise the capacity with torch.sim.set_memory_capacity() "
             "or SIM_MEMORY_CAPACITY.");
       }
       driver_call(simSetDevice(device), "simSetDevice");
@@ -258,6 +267,7 @@ struct SimAllocator final : c10::DeviceAllocator {
   }
   void copy_data(void* dest, const void* src, std::size_t count) const final {
     if (count == 0) return;
+    if (on_device()) return static_cast<void>(std::memcpy(dest, src, count));  // a kernel's own copy, not one queued after it
     const DeviceIndex device = device_of_pointer(src).value_or(t_current_device);
     simStream_t stream = driver_stream(current_stream(c10::Device(kSim, device)));
     driver_call(simMemcpyAsync(dest, src, count, simMemcpyDeviceToDevice, stream), "simMemcpyAsync");

@@ -146,26 +146,30 @@ class SimGraph final : public at::GraphImplInterface {
     if (!instantiated_) instantiate_kernels();
     refuse_if_capturing(device_, "replaying a graph inside another capture is not supported by sim; replay it "
                         "after capture_end()");
-    c10::DeviceGuard device_guard(c10::Device(kSim, device_));
-    c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
-    const c10::DispatchKeySet cpu(c10::DispatchKey::CPU);
-    const bool profiling = recording_kernels();
+    // A replay is one launch: the whole graph runs on the device, each kernel timed as it was captured.
+    static const std::string kernel_name = "sim::graph_replay";
     const c10::Device device(kSim, device_);
-    torch::jit::Stack stack;
-    for (ReplayKernel& kernel : replay_kernels_) {
-      stack = kernel.stack;
-      const int64_t start_ns = profiling ? c10::getTime() : 0;
-      if (!kernel.verified) {
-        run_and_verify(kernel, stack, cpu);
-      } else if (kernel.random) {
-        DeviceRandomScope random(true, device_);
-        kernel.op.redispatchBoxed(cpu, &stack);
-      } else {
-        kernel.op.redispatchBoxed(cpu, &stack);
+    run_kernel(device, kernel_name, [&] {
+      c10::DeviceGuard device_guard(device);
+      c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
+      const c10::DispatchKeySet cpu(c10::DispatchKey::CPU);
+      const bool profiling = recording_kernels();
+      torch::jit::Stack stack;
+      for (ReplayKernel& kernel : replay_kernels_) {
+        stack = kernel.stack;
+        const int64_t start_ns = profiling ? c10::getTime() : 0;
+        if (!kernel.verified) {
+          run_and_verify(kernel, stack, cpu);
+        } else if (kernel.random) {
+          DeviceRandomScope random(true, device_);
+          kernel.op.redispatchBoxed(cpu, &stack);
+        } else {
+          kernel.op.redispatchBoxed(cpu, &stack);
+        }
+        for (const auto& [index, target] : kernel.copies) copy_into(stack[index], target);
+        if (profiling) record_kernel(*kernel.kernel_name, start_ns, c10::getTime(), device);
       }
-      for (const auto& [index, target] : kernel.copies) copy_into(stack[index], target);
-      if (profiling) record_kernel(*kernel.kernel_name, start_ns, c10::getTime(), device);
-    }
+    }, /*timed=*/false);
   }
 
   void reset() override {

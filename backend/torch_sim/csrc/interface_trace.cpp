@@ -93,6 +93,7 @@ std::string innermost_user_line() {
 // moment, as Python kernels do) and lent to everything that runs inside it.
 thread_local std::string t_operator_line;
 thread_local int t_operator_depth = 0;
+thread_local TraceOrigin t_origin;  // set while this thread runs a kernel launched by another
 thread_local uint64_t t_generation = 0;
 std::atomic<uint64_t> g_generation{0};  // one per trace: depths left by a trace stopped mid-operator reset
 
@@ -110,7 +111,8 @@ void sync_generation() {
 std::string current_line() {
   if (!Py_IsInitialized()) return "";
   if (PyGILState_Check()) return innermost_user_line();
-  return t_operator_depth > 0 ? t_operator_line : std::string();
+  if (t_operator_depth > 0 && !t_operator_line.empty()) return t_operator_line;
+  return t_origin.python;
 }
 
 void append(RecordKind kind, const char* interface, std::string method, std::string arguments,
@@ -123,7 +125,8 @@ void append(RecordKind kind, const char* interface, std::string method, std::str
       return;
     }
     g_records.push_back(
-        Record{kind, interface, std::move(method), std::move(arguments), native_thread_id(), std::move(python)});
+        Record{kind, interface, std::move(method), std::move(arguments),
+               t_origin.thread != 0 ? t_origin.thread : native_thread_id(), std::move(python)});
   } catch (...) {
     // A trace must never make the call it records fail (some interface methods are noexcept).
   }
@@ -133,8 +136,8 @@ std::unique_ptr<at::ObserverContext> operator_began(const at::RecordFunction& fu
   try {
     sync_generation();
     if (t_operator_depth++ == 0) {
-      t_operator_line.clear();
-      if (Py_IsInitialized()) {
+      t_operator_line = t_origin.python;
+      if (t_origin.thread == 0 && Py_IsInitialized()) {
         if (PyGILState_Check()) {
           t_operator_line = innermost_user_line();
         } else if (PyGILState_GetThisThreadState() != nullptr) {  // a Python thread inside a binding
@@ -204,6 +207,15 @@ pybind11::list stop_interface_trace() {
 }
 
 }  // namespace
+
+TraceOrigin current_trace_origin() {
+  if (t_origin.thread != 0) return t_origin;
+  sync_generation();
+  return {native_thread_id(), current_line()};
+}
+
+TraceOriginScope::TraceOriginScope(TraceOrigin origin) : previous(std::move(t_origin)) { t_origin = std::move(origin); }
+TraceOriginScope::~TraceOriginScope() { t_origin = std::move(previous); }
 
 void record_interface_call(const char* interface, const char* method, std::string arguments) {
   std::string python;

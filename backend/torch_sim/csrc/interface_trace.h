@@ -23,6 +23,19 @@ inline bool interface_trace_on() { return g_interface_trace_on.load(std::memory_
 // Appends one "call" record (interface, method, arguments, the calling thread and Python line).
 void record_interface_call(const char* interface, const char* method, std::string arguments);
 
+// The thread and Python line a kernel was launched from. A kernel runs on the driver's executor for the
+// operator that launched it: while the executor runs it (TraceOriginScope), its records carry that origin.
+struct TraceOrigin {
+  int64_t thread = 0;  // 0: none
+  std::string python;
+};
+TraceOrigin current_trace_origin();
+struct TraceOriginScope {
+  explicit TraceOriginScope(TraceOrigin origin);
+  ~TraceOriginScope();
+  TraceOrigin previous;
+};
+
 // Binds start_interface_trace / stop_interface_trace into torch_sim._C (called from runtime.cpp).
 void bind_interface_trace(pybind11::module& module);
 

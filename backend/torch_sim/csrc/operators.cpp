@@ -4,8 +4,9 @@
 // first the minimal set every device needs (empty, empty_strided, as_strided, view, resize_,
 // _copy_from, _local_scalar_dense, set_), then real kernels, and a boxed fallback for the operators
 // that have none (m.fallback on the "_" namespace). sim has no device code: every kernel runs the
-// host's (CPU) kernel on device memory in place, through compute_on_host below; the fallback does
-// the same, and counts and reports each operator it catches.
+// host's (CPU) kernel on device memory in place, through compute_on_host below, as a kernel launched on
+// the driver (operators_launch.cpp); the fallback does the same, and counts and reports each operator
+// it catches.
 #include "sim.h"
 #include "graphs.h"
 
@@ -42,9 +43,13 @@ void grow_storage(const c10::Storage& storage, size_t new_bytes) {
   }
   t_current_device = previous;
   if (storage.nbytes() > 0 && storage.data() != nullptr) {
-    simStream_t stream = driver_stream(current_stream(c10::Device(kSim, device)));
-    driver_call(simMemcpyAsync(fresh.get(), storage.data(), storage.nbytes(), simMemcpyDeviceToDevice, stream),
-                "simMemcpyAsync");
+    if (on_device()) {
+      std::memcpy(fresh.get(), storage.data(), storage.nbytes());  // a kernel's own copy, not one queued after it
+    } else {
+      simStream_t stream = driver_stream(current_stream(c10::Device(kSim, device)));
+      driver_call(simMemcpyAsync(fresh.get(), storage.data(), storage.nbytes(), simMemcpyDeviceToDevice, stream),
+                  "simMemcpyAsync");
+    }
   }
   auto* impl = storage.unsafeGetStorageImpl();
   impl->set_data_ptr_noswap(std::move(fresh));
@@ -103,15 +108,13 @@ static at::Tensor wrap_device_storage(const at::Tensor& host, c10::Device device
   return tensor_on_storage(host.storage(), c10::DispatchKey::PrivateUse1, host);
 }
 
-// Everything a host kernel needs to compute for one device.
+// Everything a host kernel needs to compute for one device, inside a sim kernel (operators_launch.cpp).
 struct HostScope {
   c10::DeviceGuard device_guard;
   DeviceIndex previous_redirect;
   c10::impl::ExcludeDispatchKeyGuard no_autograd{c10::autograd_dispatch_keyset_with_ADInplaceOrView};
   explicit HostScope(c10::Device device)
-      : device_guard(device), previous_redirect(exchange_host_redirect(device.index())) {
-    wait_for_current_stream(device.index());  // the host kernel comes after the work queued before it
-  }
+      : device_guard(device), previous_redirect(exchange_host_redirect(device.index())) {}
   ~HostScope() { exchange_host_redirect(previous_redirect); }
 };
 
@@ -371,29 +374,29 @@ void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
   }
 
-  {
-    HostScope scope(device);
-    DeviceRandomScope random(entry.is_random, device.index());
-    const int64_t start_ns = !inside_direct_kernel() && recording_kernels() ? c10::getTime() : 0;
-    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
-    if (start_ns != 0) record_kernel(entry.kernel_name, start_ns, c10::getTime(), device);
-  }
-
-  aliases.write_back_resizes(device);
-  auto back = [&](const at::Tensor& host) {
-    if (host.defined() && host.is_quantized()) refuse_quantized(entry.name, c10::toString(host.scalar_type()));
-    return aliases.back_to_device(host, device);
-  };
-  const size_t returns = op.schema().returns().size();
-  for (size_t i = stack->size() - returns; i < stack->size(); ++i) {
-    c10::IValue& value = (*stack)[i];
-    if (value.isTensor()) {
-      value = back(value.toTensor());
-    } else if (value.isTensorList()) {
-      auto list = value.toTensorList();
-      for (size_t j = 0; j < list.size(); ++j) list.set(j, back(list.get(j)));
+  // The host kernel, and the way back from its results to sim tensors, run on the device as one kernel.
+  run_kernel(device, entry.kernel_name, [&] {
+    {
+      HostScope scope(device);
+      DeviceRandomScope random(entry.is_random, device.index());
+      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
     }
-  }
+    aliases.write_back_resizes(device);
+    auto back = [&](const at::Tensor& host) {
+      if (host.defined() && host.is_quantized()) refuse_quantized(entry.name, c10::toString(host.scalar_type()));
+      return aliases.back_to_device(host, device);
+    };
+    const size_t returns = op.schema().returns().size();
+    for (size_t i = stack->size() - returns; i < stack->size(); ++i) {
+      c10::IValue& value = (*stack)[i];
+      if (value.isTensor()) {
+        value = back(value.toTensor());
+      } else if (value.isTensorList()) {
+        auto list = value.toTensorList();
+        for (size_t j = 0; j < list.size(); ++j) list.set(j, back(list.get(j)));
+      }
+    }
+  });
 }
 
 static void native_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
@@ -570,8 +573,11 @@ at::Tensor sim_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non
     wait_for_current_stream(self.device().index());
     wait_for_current_stream(dst.device().index());
   }
-  HostScope scope(device);
-  host_alias(dst).copy_(host_alias(self));
+  static const std::string kernel_name = "sim::copy_";
+  run_kernel(device, kernel_name, [&] {
+    HostScope scope(device);
+    host_alias(dst).copy_(host_alias(self));
+  });
   return dst;
 }
 
@@ -585,8 +591,10 @@ c10::Scalar sim_local_scalar_dense(const at::Tensor& self) {
     refuse_if_capturing(self.device().index(), "aten::_local_scalar_dense (.item(), or a tensor in a Python "
                         "condition) reads a value that exists only after a replay; read it after the replay");
   if (self.is_conj() || self.is_neg()) {
-    wait_for_current_stream(self.device().index());
-    return at::_local_scalar_dense(host_alias(self));
+    static const std::string kernel_name = "sim::_local_scalar_dense";
+    c10::Scalar value;
+    run_kernel(self.device(), kernel_name, [&] { value = at::_local_scalar_dense(host_alias(self)); });
+    return value;
   }
   at::Tensor value = at::empty({}, self.options().device(c10::kCPU));
   copy_with_driver(self.as_strided({}, {}), value, false);
@@ -611,14 +619,19 @@ at::Tensor sim_convolution_overrideable(const at::Tensor& input, const at::Tenso
     if (auto captured = capture_convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
                                             groups))
       return *captured;
+  static const std::string kernel_name = "sim::convolution_overrideable";
   at::Tensor output;
-  {
-    HostScope scope(input.device());
-    std::optional<at::Tensor> host_bias = bias ? std::optional<at::Tensor>(host_alias(*bias)) : std::nullopt;
-    output = at::convolution(host_alias(input), host_alias(weight), host_bias, stride, padding, dilation,
-                             transposed, output_padding, groups).contiguous();
-  }
-  return to_device(output, input.device());
+  run_kernel(input.device(), kernel_name, [&] {
+    at::Tensor host_output;
+    {
+      HostScope scope(input.device());
+      std::optional<at::Tensor> host_bias = bias ? std::optional<at::Tensor>(host_alias(*bias)) : std::nullopt;
+      host_output = at::convolution(host_alias(input), host_alias(weight), host_bias, stride, padding, dilation,
+                                    transposed, output_padding, groups).contiguous();
+    }
+    output = to_device(host_output, input.device());
+  });
+  return output;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> sim_convolution_backward_overrideable(
@@ -629,17 +642,23 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sim_convolution_backward_override
     if (auto captured = capture_convolution_backward(grad_output, input, weight, stride, padding, dilation, transposed,
                                                      output_padding, groups, output_mask))
       return *captured;
-  std::tuple<at::Tensor, at::Tensor, at::Tensor> grads;
-  {
-    HostScope scope(input.device());
-    std::vector<int64_t> bias_sizes{grad_output.size(1)};
-    auto [grad_input, grad_weight, grad_bias] =
-        at::convolution_backward(host_alias(grad_output), host_alias(input), host_alias(weight), bias_sizes, stride,
-                                 padding, dilation, transposed, output_padding, groups, output_mask);
-    grads = {contiguous_if_defined(grad_input), contiguous_if_defined(grad_weight), contiguous_if_defined(grad_bias)};
-  }
-  return {to_device(std::get<0>(grads), input.device()), to_device(std::get<1>(grads), input.device()),
-          to_device(std::get<2>(grads), input.device())};
+  static const std::string kernel_name = "sim::convolution_backward_overrideable";
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> result;
+  run_kernel(input.device(), kernel_name, [&] {
+    std::tuple<at::Tensor, at::Tensor, at::Tensor> grads;
+    {
+      HostScope scope(input.device());
+      std::vector<int64_t> bias_sizes{grad_output.size(1)};
+      auto [grad_input, grad_weight, grad_bias] =
+          at::convolution_backward(host_alias(grad_output), host_alias(input), host_alias(weight), bias_sizes, stride,
+                                   padding, dilation, transposed, output_padding, groups, output_mask);
+      grads = {contiguous_if_defined(grad_input), contiguous_if_defined(grad_weight),
+               contiguous_if_defined(grad_bias)};
+    }
+    result = {to_device(std::get<0>(grads), input.device()), to_device(std::get<1>(grads), input.device()),
+              to_device(std::get<2>(grads), input.device())};
+  });
+  return result;
 }
 
 static at::Tensor sim_refuse_sparse(c10::IntArrayRef, std::optional<c10::ScalarType>, std::optional<c10::Layout> layout,

@@ -6,7 +6,8 @@
 // by allocating the outputs itself (set_output_*) and registering its device's loop for each stub
 // (set_privateuse1_dispatch_ptr). sim's device memory is host memory, so its loop for every stub
 // is the CPU's: the call reaches the host kernel with no boxed stack, no host aliases and no
-// copy. compute_on_host (operators.cpp) remains the route for everything else, and for the calls
+// copy. meta() and the output's allocation run at the call; impl() is a kernel launched on the
+// current stream, which returns at once (operators_launch.cpp), as a vendor's launch does. compute_on_host (operators.cpp) remains the route for everything else, and for the calls
 // a direct kernel cannot take as the CPU would: arguments on another device, mixed dtypes the
 // CPU promotes first, and kernels launched while a stream captures a graph. Each call that takes
 // that route is counted against its operator (torch.sim.direct_route_exits()).
@@ -29,6 +30,7 @@
 #include <ATen/ops/add_native.h>
 #include <ATen/ops/addmm_native.h>
 #include <ATen/ops/amax_native.h>
+#include <ATen/ops/_assert_async_native.h>
 #include <ATen/ops/bmm_native.h>
 #include <ATen/ops/clamp_max_native.h>
 #include <ATen/ops/clamp_min_native.h>
@@ -65,6 +67,8 @@
 #include <atomic>
 #include <deque>
 #include <map>
+#include <mutex>
+#include <set>
 #include <type_traits>
 
 #include "operators_direct.h"
@@ -120,6 +124,55 @@ void install_host_loops() {
 }
 
 // ---------------------------------------------------------------- outputs
+// The kernel runs later, on the driver's executor, and outlives the call: it holds its own handles of the
+// tensors (the same bytes and geometry, without the Python object or the autograd metadata of the caller's
+// tensor, so that dropping them on the executor never needs the GIL) and its own copies of list arguments.
+// A handle of device memory does not own it, as a kernel's pointer argument does not on a real device: when
+// the caller's tensor dies before the kernel ran, the block returns to the allocator's cache at once, and the
+// stream's order keeps its next user after the kernel (the cache hands a block to another stream only once
+// the block's stream is idle). Host memory (a 0-dim CPU tensor) the handle owns.
+// The handles of one launch share one storage per device storage, so that the kernel sees arguments that
+// alias as aliasing (TensorIterator refuses a partial overlap between an input and the output).
+thread_local std::vector<std::pair<const c10::StorageImpl*, c10::Storage>> t_launch_storages;
+thread_local int t_launches_built = 0;  // LaunchStorages scopes open on this thread
+
+struct LaunchStorages {
+  LaunchStorages() { ++t_launches_built; }
+  ~LaunchStorages() {
+    if (--t_launches_built == 0) t_launch_storages.clear();
+  }
+};
+
+c10::Storage device_bytes(const c10::Storage& storage) {
+  for (const auto& [owner, bytes] : t_launch_storages)
+    if (owner == storage.unsafeGetStorageImpl()) return bytes;
+  void* data = storage.unsafeGetStorageImpl()->mutable_data();
+  c10::Storage bytes(c10::Storage::use_byte_size_t(), storage.nbytes(), c10::DataPtr(data, storage.device()),
+                     /*allocator=*/nullptr, /*resizable=*/false);
+  if (t_launches_built > 0) t_launch_storages.emplace_back(storage.unsafeGetStorageImpl(), bytes);
+  return bytes;
+}
+
+at::Tensor kernel_handle(const at::Tensor& t) {
+  if (!t.defined()) return t;
+  const bool on_device = t.device().type() == kSim;
+  const auto key = on_device ? c10::DispatchKey::PrivateUse1 : c10::DispatchKey::CPU;
+  auto handle = at::detail::make_tensor<c10::TensorImpl>(on_device ? device_bytes(t.storage()) : c10::Storage(t.storage()),
+                                                         c10::DispatchKeySet(key), t.dtype());
+  handle.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  if (t.is_conj()) handle._set_conj(true);
+  if (t.is_neg()) handle._set_neg(true);
+  if (t.unsafeGetTensorImpl()->is_wrapped_number()) handle.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return handle;
+}
+
+// The arguments of a CPU impl() that runs on the host views of sim tensors.
+template <class T>
+const T& host_argument(const T& value) {
+  return value;
+}
+at::Tensor host_argument(const at::Tensor& t) { return host_view(t); }
+
 at::Tensor device_output(c10::IntArrayRef sizes, c10::IntArrayRef strides, const c10::TensorOptions& options) {
   TORCH_CHECK(options.device().type() == kSim, "sim: a direct kernel's output must live on sim, not ",
               options.device());
@@ -137,10 +190,14 @@ at::Tensor device_output(c10::IntArrayRef sizes, c10::IntArrayRef strides, const
                                            options.dtype().toScalarType());
 }
 
-// A structured kernel whose output sim allocates (the functional form: `mul`).
-template <class Kernel>
+// A structured kernel whose output sim allocates (the functional form: `mul`). `on_host_views`: its impl() is the
+// CPU's own and takes the host views of its tensors (see DirectHostImpl).
+template <class Kernel, bool on_host_views = false>
 struct Functional final : Kernel {
-  at::Tensor output;
+  template <class Arguments>
+  explicit Functional(const Arguments&) {}
+  at::Tensor output;  // what the call returns
+  at::Tensor handle;  // the launch's handle of it (kernel_handle), which the kernel computes into
   void set_output_strided(int64_t index, c10::IntArrayRef sizes, c10::IntArrayRef strides,
                           c10::TensorOptions options) override {
     SIM_TRACE("structured_kernel", "set_output_strided", c10::str("index=", index, " sizes=", sizes));
@@ -153,12 +210,21 @@ struct Functional final : Kernel {
   }
   const at::Tensor& maybe_get_output(int64_t index) override {
     SIM_TRACE("structured_kernel", "maybe_get_output", c10::str("index=", index));
-    return output;
+    return handle;
+  }
+  template <class... Args>
+  void impl_on_device(const Args&... args) {
+    if constexpr (on_host_views) {
+      this->impl(host_argument(args)..., host_view(handle));
+    } else {
+      this->impl(args..., handle);
+    }
   }
 
  private:
   void set(int64_t index, c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::TensorOptions options) {
     output = device_output(sizes, strides, options);
+    handle = kernel_handle(output);
     if constexpr (std::is_base_of_v<at::TensorIteratorBase, Kernel>)
       Kernel::set_output_raw_strided(index, sizes, strides, options);
   }
@@ -168,8 +234,9 @@ struct Functional final : Kernel {
 // kernel wants other strides than the argument's, it computes into a proxy that is copied back.
 template <class Kernel>
 struct InPlace final : Kernel {
-  explicit InPlace(const at::Tensor& self) : self(self) {}
-  const at::Tensor& self;
+  template <class Arguments>
+  explicit InPlace(const Arguments& arguments) : self(std::get<0>(arguments)) {}
+  const at::Tensor& self;  // the launch's handle of the argument
   std::optional<at::Tensor> proxy;
   void set_output_strided(int64_t index, c10::IntArrayRef sizes, c10::IntArrayRef strides,
                           c10::TensorOptions options) override {
@@ -189,6 +256,10 @@ struct InPlace final : Kernel {
   const at::Tensor& maybe_get_output(int64_t index) override {
     SIM_TRACE("structured_kernel", "maybe_get_output", c10::str("index=", index, " in place"));
     return proxy ? *proxy : self;
+  }
+  template <class... Args>
+  void impl_on_device(const Args&... args) {
+    this->impl(args..., maybe_get_output(0));
   }
 
  private:
@@ -271,6 +342,46 @@ struct Registered {
   std::atomic<int64_t>* route_exits;  // the calls of this operator that took the boxed route instead
 };
 
+// The first launch of an operator with each combination of operand dtypes runs to its end before the call
+// returns: a host loop refuses a dtype it has no loop for only when it runs, and the CPU raises that refusal
+// at the call, as CUDA does (it chooses its loop by dtype when it launches). Later launches of a combination
+// that ran return at once.
+template <class T>
+uint64_t kind_of(const T&) {
+  return 0;
+}
+uint64_t kind_of(const at::Tensor& t) {
+  if (!t.defined()) return 0;
+  return 1 + static_cast<uint64_t>(t.scalar_type()) + (t.device().type() == kSim ? 0 : 256);
+}
+uint64_t kind_of(const c10::Scalar& s) { return 1 + static_cast<uint64_t>(s.type()); }
+
+template <class... Args>
+uint64_t operand_kinds(const Args&... args) {
+  uint64_t kinds = 0;
+  ((kinds = kinds * 1031 + kind_of(args)), ...);
+  return kinds;
+}
+
+std::mutex g_launched_kinds_mutex;
+std::set<std::pair<const Registered*, uint64_t>> g_launched_kinds;
+
+template <class Launch>
+void launch_direct(const Registered& registered, c10::Device device, uint64_t kinds, std::unique_ptr<Launch> launch) {
+  bool launched_before = false;
+  {
+    std::lock_guard<std::mutex> lock(g_launched_kinds_mutex);
+    launched_before = g_launched_kinds.count({&registered, kinds}) > 0;
+  }
+  if (!launched_before) {
+    run_kernel(device, registered.kernel_name, [&] { launch->run(); });
+    std::lock_guard<std::mutex> lock(g_launched_kinds_mutex);
+    g_launched_kinds.insert({&registered, kinds});
+    return;
+  }
+  launch_kernel(device, registered.kernel_name, [launch = std::shared_ptr<Launch>(std::move(launch))] { launch->run(); });
+}
+
 template <class... Args>
 torch::jit::Stack boxed_stack(const Args&... args) {
   torch::jit::Stack stack;
@@ -284,36 +395,59 @@ at::Tensor on_host_route(const Registered& registered, const Args&... args) {
   registered.route_exits->fetch_add(1, std::memory_order_relaxed);
   auto stack = boxed_stack(args...);
   compute_on_host(registered.op, &stack);
-  return std::move(stack.back()).toTensor();
+  return stack.empty() ? at::Tensor() : std::move(stack.back()).toTensor();  // empty: an operator with no result
 }
 
-// One device-kernel record per operator call, also when a direct kernel calls another. The kernel runs on the
-// calling thread once the work queued on the device's current stream has run.
-thread_local int t_direct_depth = 0;
-struct KernelRecord {
-  const Registered& registered;
-  c10::Device device;
-  int64_t start_ns = begin(device);
-  static int64_t begin(c10::Device device) {
-    if (t_direct_depth++ > 0) return 0;
-    try {
-      wait_for_current_stream(device.index());
-    } catch (...) {
-      --t_direct_depth;
-      throw;
-    }
-    return recording_kernels() ? c10::getTime() : 0;
+// ------------------------------------------------------------ launches
+template <class T>
+T held(const T& value) {
+  return value;
+}
+at::Tensor held(const at::Tensor& t) { return kernel_handle(t); }
+std::vector<int64_t> held(c10::IntArrayRef list) { return list.vec(); }
+std::optional<std::vector<int64_t>> held(at::OptionalIntArrayRef list) {
+  return list ? std::optional<std::vector<int64_t>>(list->vec()) : std::nullopt;
+}
+
+template <class T>
+const T& used(const T& value) {
+  return value;
+}
+at::OptionalIntArrayRef used(const std::optional<std::vector<int64_t>>& list) {
+  return list ? at::OptionalIntArrayRef(c10::IntArrayRef(*list)) : at::OptionalIntArrayRef();
+}
+
+template <class T>
+using Held = decltype(held(std::declval<const T&>()));
+
+// A structured kernel's launch: meta() runs at the call, on the kernel's handles of the arguments (so that its
+// TensorIterator borrows tensors the launch owns); impl() runs on the device.
+template <class Kernel, class... Args>
+struct StructuredLaunch {
+  std::tuple<Held<Args>...> arguments;
+  Kernel kernel;
+  explicit StructuredLaunch(const Args&... args) : arguments(held(args)...), kernel(arguments) {}
+  void meta() {
+    std::apply([&](const auto&... args) { kernel.meta(used(args)...); }, arguments);
   }
-  ~KernelRecord() {
-    --t_direct_depth;
-    if (start_ns != 0) record_kernel(registered.kernel_name, start_ns, c10::getTime(), device);
+  void run() {
+    std::apply([&](const auto&... args) { kernel.impl_on_device(used(args)...); }, arguments);
   }
 };
 
+// A direct kernel never takes a zero tensor: its handle would lose the key.
+template <class T>
+bool plain(const T&) {
+  return true;
+}
+bool plain(const at::Tensor& t) { return !t.defined() || !t._is_zerotensor(); }
+
 template <class Kernel, class... Args>
 std::optional<at::Tensor> run_functional(const Registered& registered, bool may_promote, const Args&... args) {
-  Functional<Kernel> kernel;
-  kernel.meta(args...);
+  LaunchStorages storages;
+  auto launch = std::make_unique<StructuredLaunch<Functional<Kernel>, Args...>>(args...);
+  launch->meta();
+  auto& kernel = launch->kernel;
   if constexpr (std::is_base_of_v<at::TensorIteratorBase, Kernel>) {
     if (!computes_as_the_cpu(kernel)) {
       const auto common = kernel.maybe_common_dtype();
@@ -322,9 +456,9 @@ std::optional<at::Tensor> run_functional(const Registered& registered, bool may_
       return run_functional<Kernel>(registered, false, promoted(args, *common)...);
     }
   }
-  KernelRecord record{registered, kernel.output.device()};
-  kernel.impl(args..., kernel.output);
-  return std::move(kernel.output);
+  at::Tensor output = kernel.output;
+  launch_direct(registered, output.device(), operand_kinds(args...), std::move(launch));
+  return output;
 }
 
 template <class Kernel, class... Args>
@@ -332,7 +466,7 @@ struct DirectFunctional {
   static inline std::optional<Registered> registered;
 
   static at::Tensor call(Args... args) {
-    if (!any_capture() && (accepted(args) && ...))
+    if (!any_capture() && (accepted(args) && ...) && (plain(args) && ...))
       if (auto result = run_functional<Kernel>(*registered, true, args...)) return std::move(*result);
     return on_host_route(*registered, args...);
   }
@@ -357,15 +491,18 @@ struct DirectInPlace {
   static inline std::optional<Registered> registered;
 
   static at::Tensor& call(at::Tensor& self, Args... args) {
-    if (any_capture() || !on_sim(self) || !(accepted(args) && ...) || !run(self, true, args...))
+    if (any_capture() || !on_sim(self) || !plain(self) || !(accepted(args) && ...) || !(plain(args) && ...) ||
+        !run(self, true, args...))
       on_host_route(*registered, self, args...);
     return self;
   }
 
   template <class... Given>
   static bool run(at::Tensor& self, bool may_promote, const Given&... args) {
-    InPlace<Kernel> kernel(self);
-    kernel.meta(self, args...);
+    LaunchStorages storages;
+    auto launch = std::make_unique<StructuredLaunch<InPlace<Kernel>, at::Tensor, Given...>>(self, args...);
+    launch->meta();
+    auto& kernel = launch->kernel;
     if constexpr (std::is_base_of_v<at::TensorIteratorBase, Kernel>) {
       if (!computes_as_the_cpu(kernel)) {
         const auto common = kernel.maybe_common_dtype();
@@ -375,9 +512,9 @@ struct DirectInPlace {
         return run(self, false, promoted(args, *common)...);
       }
     }
-    KernelRecord record{*registered, self.device()};
-    kernel.impl(self, args..., kernel.maybe_get_output(0));
-    if (kernel.proxy) self.copy_(*kernel.proxy);
+    std::optional<at::Tensor> proxy = kernel.proxy;
+    launch_direct(*registered, self.device(), operand_kinds(self, args...), std::move(launch));
+    if (proxy) self.copy_(*proxy);
     return true;
   }
 };
@@ -385,12 +522,6 @@ struct DirectInPlace {
 // A structured kernel whose impl() takes another path on the CPU than on other devices (`mean` sums
 // and divides on the CPU only; `sum` accumulates half precision in a float buffer on the CPU only), or
 // is the CPU's own impl() (`structured_mm_out_cpu`, which calls the host's BLAS or oneDNN on CPU tensors): meta() runs on the sim tensors, impl() on their host views.
-template <class T>
-const T& host_argument(const T& value) {
-  return value;
-}
-at::Tensor host_argument(const at::Tensor& t) { return host_view(t); }
-
 template <class T>
 bool agrees(const T&, std::optional<c10::Device>&) {
   return true;
@@ -411,11 +542,13 @@ struct DirectHostImpl {
   static inline std::optional<Registered> registered;
 
   static at::Tensor call(Args... args) {
-    if (any_capture() || !on_one_sim_device(args...)) return on_host_route(*registered, args...);
-    Functional<Kernel> kernel;
+    if (any_capture() || !on_one_sim_device(args...) || !(plain(args) && ...))
+      return on_host_route(*registered, args...);
+    // impl() is the CPU's, which calls operators of its own: it runs before the call returns, so that they
+    // happen inside this one (the launch waits).
+    Functional<Kernel, true> kernel(std::tuple<>{});
     kernel.meta(args...);
-    KernelRecord record{*registered, kernel.output.device()};
-    kernel.impl(host_argument(args)..., host_view(kernel.output));
+    run_kernel(kernel.output.device(), registered->kernel_name, [&] { kernel.impl_on_device(args...); });
     return std::move(kernel.output);
   }
 };
@@ -434,8 +567,15 @@ struct DirectNative {
         return on_host_route(*registered, args...);
       }
     }
-    KernelRecord record{*registered, first_device(args...)};
-    return function(args...);
+    const c10::Device device = first_device(args...);
+    if constexpr (std::is_reference_v<Result>) {
+      run_kernel(device, registered->kernel_name, [&] { function(args...); });
+      return std::get<written_argument()>(std::forward_as_tuple(args...));
+    } else {
+      Result result;
+      run_kernel(device, registered->kernel_name, [&] { result = function(args...); });
+      return result;
+    }
   }
 
   // The argument an in-place or out= function writes and returns: its one non-const tensor.
@@ -453,6 +593,47 @@ struct DirectNative {
     } else {
       return first_device(rest...);
     }
+  }
+};
+
+// torch._assert_async: the host's check runs on the device, and its failure is the device's, raised by the
+// next synchronising call, as CUDA's device-side assertions are.
+void check_on_device(const at::Tensor& condition, const std::optional<std::string>& message) {
+  if (message) {
+    at::native::_assert_async_msg_cpu(host_view(condition), *message);
+  } else {
+    at::native::_assert_async_cpu(host_view(condition));
+  }
+}
+
+void launch_assert(const Registered& registered, const at::Tensor& condition, std::optional<std::string> message) {
+  TORCH_CHECK(condition.numel() == 1, "torch._assert_async on sim needs a tensor of one element, got ",
+              condition.numel(), " elements");
+  launch_kernel(condition.device(), registered.kernel_name,
+                [condition = kernel_handle(condition), message = std::move(message)] {
+                  check_on_device(condition, message);
+                });
+}
+
+struct DirectAssertAsync {
+  static inline std::optional<Registered> registered;
+  static void call(const at::Tensor& condition) {
+    if (any_capture() || !on_sim(condition) || !plain(condition)) {
+      on_host_route(*registered, condition);
+      return;
+    }
+    launch_assert(*registered, condition, std::nullopt);
+  }
+};
+
+struct DirectAssertAsyncWithMessage {
+  static inline std::optional<Registered> registered;
+  static void call(const at::Tensor& condition, c10::string_view message) {
+    if (any_capture() || !on_sim(condition) || !plain(condition)) {
+      on_host_route(*registered, condition, std::string(message));
+      return;
+    }
+    launch_assert(*registered, condition, std::string(message));
   }
 };
 
@@ -484,6 +665,15 @@ std::map<std::string, int64_t> route_exits() {
     if (const int64_t count = g_route_exits[i].load(std::memory_order_relaxed))
       counts["aten::" + g_direct_operators[i]] = count;
   return counts;
+}
+
+// The assertions are not direct kernels of a host loop (torch.sim.direct_operators() leaves them out).
+void install_assert_async(torch::Library& m) {
+  static std::atomic<int64_t> plain_exits{0}, message_exits{0};
+  DirectAssertAsync::registered = registration("_assert_async", plain_exits);
+  DirectAssertAsyncWithMessage::registered = registration("_assert_async.msg", message_exits);
+  m.impl("_assert_async", TORCH_FN(DirectAssertAsync::call));
+  m.impl("_assert_async.msg", TORCH_FN(DirectAssertAsyncWithMessage::call));
 }
 
 template <class Kernel, class... Args>
@@ -562,12 +752,11 @@ std::vector<std::string> install_direct_kernels() {
   install<DirectNative<where_of_tensors, at::Tensor, Tensor, Tensor, Tensor>>(m, "where.self");
   install<DirectNative<&native::where_self_out, at::Tensor&, Tensor, Tensor, Tensor, at::Tensor&>>(
       m, "where.self_out");
+  install_assert_async(m);
   return g_direct_operators;
 }
 
 }  // namespace
-
-bool inside_direct_kernel() { return t_direct_depth > 0; }
 
 void bind_direct_operators(pybind11::module& module) {
   module.def("install_direct_kernels", &install_direct_kernels);

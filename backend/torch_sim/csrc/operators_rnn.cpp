@@ -118,6 +118,7 @@ struct HostGraphBackward : torch::autograd::Node {
                     variable_list roots, variable_list leaves, bool second_order)
       : Node(std::move(next_edges)),
         name_(std::move(name)),
+        backward_kernel_name_("sim::" + name_),
         device_(device),
         roots_(std::move(roots)),
         leaves_(std::move(leaves)),
@@ -160,12 +161,12 @@ struct HostGraphBackward : torch::autograd::Node {
     const bool keep_graph = second_order_ || torch::autograd::get_current_graph_task_id() == -1 ||
                             torch::autograd::get_current_graph_task_keep_graph();
     if (!create_graph) {
-      {
-        // backward, not grad(): the host graph runs as on the CPU, its leaves' AccumulateGrad taking the
-        // sums (no search for the nodes that lead to given inputs); each leaf belongs to this call alone.
+      // backward, not grad(): the host graph runs as on the CPU, its leaves' AccumulateGrad taking the
+      // sums (no search for the nodes that lead to given inputs); each leaf belongs to this call alone.
+      run_kernel(device_, backward_kernel_name_, [&] {
         OnHostFor on_host(device_);
         torch::autograd::backward(roots, root_grads, keep_graph, /*create_graph=*/false);
-      }
+      });
       for (size_t i = 0; i < leaves_.size(); ++i) {
         at::Tensor& grad = leaves_[i].mutable_grad();
         result[i] = exchange.to_device(grad);
@@ -175,11 +176,11 @@ struct HostGraphBackward : torch::autograd::Node {
     }
     // A second derivative: the host records the graph of its backward, which joins the device's graph in turn.
     variable_list host_grads;
-    {
+    run_kernel(device_, backward_kernel_name_, [&] {
       OnHostFor on_host(device_);
       host_grads = torch::autograd::grad(roots, leaves_, root_grads, keep_graph, /*create_graph=*/true,
                                          /*allow_unused=*/true);
-    }
+    });
     for (size_t i = 0; i < host_grads.size(); ++i) result[i] = exchange.to_device(host_grads[i]);
     torch::autograd::edge_list edges = next_edges();
     edges.insert(edges.end(), grad_edges.begin(), grad_edges.end());
@@ -211,6 +212,7 @@ struct HostGraphBackward : torch::autograd::Node {
 
  private:
   std::string name_;
+  std::string backward_kernel_name_;
   c10::Device device_;
   variable_list roots_;
   variable_list leaves_;
@@ -305,8 +307,8 @@ void run_on_host_route(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
     }
   }
 
-  const int64_t start_ns = recording_kernels() ? c10::getTime() : 0;
-  {
+  const std::string kernel_name = "sim::" + short_name(op);
+  run_kernel(*device, kernel_name, [&] {
     OnHostFor on_host(*device);
     DeviceRandomScope random(/*active=*/true, device->index());  // dropout between layers draws from sim's state
     if (with_autograd) {
@@ -315,8 +317,7 @@ void run_on_host_route(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
       c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
       op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
     }
-  }
-  if (start_ns != 0) record_kernel("sim::" + short_name(op), start_ns, c10::getTime(), *device);
+  });
 
   variable_list host_results, results;
   const size_t returns = op.schema().returns().size();

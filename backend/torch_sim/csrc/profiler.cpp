@@ -13,8 +13,8 @@
 //   (`torch.autograd.profiler.profile(use_device="sim", use_kineto=False)`): two device events
 //   recorded on the current stream around each operator, and the time between them.
 //
-// sim runs its computing kernels synchronously on the calling thread, so a kernel's device time is the time its host
-// kernel took.
+// sim's kernels are launches on its driver's streams (operators_launch.cpp), run by the driver's executor: a kernel's
+// device time is the time its host code took there, and it carries the id of the operator that launched it.
 #define USE_KINETO 1
 #include "sim.h"
 #include "interface_trace.h"
@@ -64,6 +64,11 @@ void record_kernel(const std::string& name, int64_t start_ns, int64_t end_ns, c1
   std::lock_guard<std::mutex> lock(g_kernels_mutex);
   g_kernels.push_back({name, start_ns, end_ns, device.index(), stream, correlation});
 }
+
+uint64_t operator_correlation() { return t_correlation.empty() ? 0 : t_correlation.back(); }
+
+CorrelationScope::CorrelationScope(uint64_t id) { t_correlation.push_back(id); }
+CorrelationScope::~CorrelationScope() { t_correlation.pop_back(); }
 
 // ------------------------------------------------------- the kineto session
 class SimProfilerSession final : public libkineto::IActivityProfilerSession {
@@ -141,8 +146,8 @@ class SimProfilerSession final : public libkineto::IActivityProfilerSession {
     return std::move(buffer_);
   }
 
-  // kineto pushes the id of each operator on the thread that runs it; sim's kernels run on
-  // that same thread, so the innermost id is the operator that launched them.
+  // kineto pushes the id of each operator on the thread that runs it; a kernel's launch carries the
+  // innermost id of its launching thread to the executor (CorrelationScope), linking it to its operator.
   void pushCorrelationId(uint64_t id) override {
     SIM_TRACE("profiler", "session.pushCorrelationId", c10::str("id=", id));
     t_correlation.push_back(id);

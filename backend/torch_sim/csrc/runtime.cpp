@@ -68,8 +68,8 @@ static void install_runtime(int device_count, int64_t capacity) {
   simDeviceProp properties;
   driver_call(simGetDeviceProperties(&properties, 0), "simGetDeviceProperties");
   TORCH_CHECK(properties.discreteMemory == 0,
-              "SIM_MEMORY=discrete needs sim's kernels to run on the device, and they run as host code on the "
-              "calling thread: unset SIM_MEMORY or set it to 'unified'");
+              "SIM_MEMORY=discrete is not supported yet: torch.compile's generated kernels and simccl's collectives "
+              "read device memory from host threads; unset SIM_MEMORY or set it to 'unified'");
   create_device_memory(device_count, capacity);
   g_device_count = device_count;
 }

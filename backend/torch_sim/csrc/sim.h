@@ -13,6 +13,7 @@
 #include "simdriver.h"
 
 #include <atomic>
+#include <functional>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -63,7 +64,7 @@ c10::Stream new_stream(c10::Device device, int priority);
 // The driver's handle of a stream (NULL for a default stream), with the driver's current device set to the stream's.
 simStream_t driver_stream(const c10::Stream& stream);
 // Blocks the host until the calling thread's current stream of `device` has run all the work queued on it: host
-// code that reads or writes the device's memory calls it first.
+// code that reads or writes the device's memory calls it first. In a kernel it returns at once.
 void wait_for_current_stream(DeviceIndex device);
 bool query_stream(const c10::Stream& stream);
 void synchronize_stream(const c10::Stream& stream);
@@ -99,13 +100,30 @@ void grow_storage(const c10::Storage& storage, size_t new_bytes);
 // Runs an operator's host (CPU) kernel on device memory, from its boxed stack: sim's route for every operator.
 void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
-// ---------------------------------------------------- operators_direct.cpp
-// True while a direct kernel runs on this thread: the operators it calls are part of its one device kernel.
-bool inside_direct_kernel();
+// ---------------------------------------------------- operators_launch.cpp
+// True while this thread runs a kernel for the device (on the driver's executor).
+bool on_device();
+// Runs `body` as a kernel on the current stream of `device`, after the work queued there, and returns once it
+// ran, rethrowing what it threw. `name` names it in errors and, when `timed`, in the profiler's trace. Called
+// from a kernel, it runs `body` at once.
+void run_kernel(c10::Device device, const std::string& name, c10::function_ref<void()> body, bool timed = true);
+// Queues `work` as a kernel on the current stream of `device` and returns at once; what it throws becomes the
+// device's error, raised by the next synchronising call. `name` must live as long as the process. Called from a
+// kernel, it runs `work` at once.
+// `work` owns everything it uses (the launch returned long before it runs).
+void launch_kernel(c10::Device device, const std::string& name, std::function<void()> work);
 
 // ----------------------------------------------------------- profiler.cpp
 bool recording_kernels();
+// Records a kernel's device time, on this thread's current stream, for the innermost operator of this thread.
 void record_kernel(const std::string& name, int64_t start_ns, int64_t end_ns, c10::Device device);
+// The profiler's id of the innermost operator running on this thread (0 outside one), and a scope that makes
+// an id the innermost on this thread: a kernel runs with the id of the operator that launched it.
+uint64_t operator_correlation();
+struct CorrelationScope {
+  explicit CorrelationScope(uint64_t id);
+  ~CorrelationScope();
+};
 
 // Each file's Python functions, bound into torch_sim._C by runtime.cpp.
 void bind_allocator(pybind11::module& module);

@@ -15,6 +15,7 @@
 #include <deque>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <unordered_map>
 #include <vector>
@@ -367,6 +368,22 @@ class Session {
       return;
     }
     const Frame* parent = (!frames.empty() && frames.back().session == this) ? &frames.back() : nullptr;
+    bool backward = torch::autograd::get_current_node() != nullptr;
+    // A call on a thread with no hop open came from the thread that started it, if it came from a hop of
+    // another thread still open: a backend whose kernels run on threads of its own (a driver's executor)
+    // makes its kernels' calls there while the hop that launched them waits. The newest open hop of
+    // another thread is taken as that launcher.
+    Frame launcher;
+    if (parent == nullptr && !backward) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (auto open = open_.rbegin(); open != open_.rend(); ++open) {
+        if (open->thread == std::this_thread::get_id()) continue;
+        launcher = open->frame;
+        parent = &launcher;
+        backward = open->backward;
+        break;
+      }
+    }
     size_t arguments = op.schema().arguments().size();
     auto values = torch::jit::last(*stack, arguments);
 
@@ -400,8 +417,6 @@ class Session {
       c10::impl::LocalDispatchKeySet local = c10::impl::tls_local_dispatch_key_set();
       keys = bits_of((tensor_keys | local.included_) - local.excluded_);
     }
-    bool backward = torch::autograd::get_current_node() != nullptr;
-
     Record* record;
     int32_t index;
     int32_t keyset_id;
@@ -418,6 +433,7 @@ class Session {
       record->backward = backward;
       record->inputs = std::move(inputs);
       record->start_ns = now_ns();
+      open_.push_back({Frame{this, index, site.operator_id, keyset_id, depth}, std::this_thread::get_id(), backward});
     }
     frames.push_back(Frame{this, index, site.operator_id, keyset_id, depth});
     try {
@@ -426,6 +442,7 @@ class Session {
       std::string error = describe_current_exception();
       frames.pop_back();
       std::lock_guard<std::mutex> lock(mutex_);
+      close(index);
       record->duration_ns = now_ns() - record->start_ns;
       record->failed = true;
       record->error = std::move(error);
@@ -434,9 +451,26 @@ class Session {
     }
     frames.pop_back();
     std::lock_guard<std::mutex> lock(mutex_);
+    close(index);
     record->duration_ns = now_ns() - record->start_ns;
     record->finished = true;
   }
+
+  // Forgets an open hop that ended (called with mutex_ held).
+  void close(int32_t index) {
+    for (auto open = open_.rbegin(); open != open_.rend(); ++open) {
+      if (open->frame.record != index) continue;
+      open_.erase(std::next(open).base());
+      return;
+    }
+  }
+
+  struct OpenHop {
+    Frame frame;
+    std::thread::id thread;
+    bool backward;
+  };
+  std::vector<OpenHop> open_;  // the hops that began and have not ended, in the order they began
 
   std::vector<Site> sites_;
   std::vector<std::string> operator_names_;

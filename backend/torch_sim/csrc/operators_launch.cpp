@@ -1,0 +1,138 @@
+// Step 5, operators (continued): kernel launches. Every kernel sim runs is a launch through its driver's
+// simLaunchKernel on the current stream of its device, as a vendor's kernels are launches on its device:
+// the driver's executor runs it after the work queued before it, while the host goes on.
+//
+// A kernel's host code runs on the executor thread, not on the thread that called the operator, so the
+// launch carries what that thread's state means to the kernel: PyTorch's thread-local state (grad mode,
+// dispatch-key exclusions, the profiler's callbacks), the current device and stream, and the profiler's
+// id of the operator that launched it, its number of intra-op threads, and, while the interface trace is on,
+// its thread and Python line (the kernel's interface calls are that operator's). Two kinds of launch:
+//   run_kernel     waits until the kernel ran and rethrows what it threw: for operators whose outputs only
+//                  the kernel can decide (most host kernels size their own outputs);
+//   launch_kernel  returns at once: for kernels whose outputs were allocated before the launch. A failure
+//                  is the device's, reported by the next synchronising call, naming the kernel.
+// A kernel that calls another operator of sim's runs that operator's kernel inline: it is already on the
+// device, and the driver refuses a wait from its executor.
+#include "sim.h"
+#include "interface_trace.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
+#include <c10/util/ApproximateClock.h>
+
+#include <exception>
+
+namespace sim {
+namespace {
+
+thread_local bool t_on_device = false;
+
+// What a launched kernel runs with: the launching thread's state, and the work itself.
+struct Launch {
+  at::ThreadLocalState state;
+  c10::Stream stream;
+  const std::string* name;
+  bool timed;  // the profiler records kernels: the launch notes the device time it ran
+  uint64_t correlation;
+  int threads = at::get_num_threads();  // the launcher's intra-op threads (torch.set_num_threads)
+  TraceOrigin origin = interface_trace_on() ? current_trace_origin() : TraceOrigin{};  // for the interface trace
+  c10::WarningHandler* warnings = nullptr;  // run_kernel: the caller's handler, alive while it waits
+  const c10::function_ref<void()>* body = nullptr;  // run_kernel: the caller's, alive while it waits
+  std::function<void()> work;                         // launch_kernel: owned by the launch until the kernel ran
+  std::exception_ptr error;                           // run_kernel: what the body threw, for the caller
+  Launch(c10::Stream stream, const std::string& name)
+      : stream(stream), name(&name), timed(recording_kernels()), correlation(operator_correlation()) {}
+};
+
+// The current device and stream of the launching thread, on the executor for the kernel's duration.
+struct DeviceContext {
+  DeviceIndex previous_device = t_current_device;
+  c10::Stream previous_stream;
+  explicit DeviceContext(const c10::Stream& stream) : previous_stream(exchange_current_stream(stream)) {
+    t_current_device = stream.device_index();
+  }
+  ~DeviceContext() {
+    exchange_current_stream(previous_stream);
+    t_current_device = previous_device;
+  }
+};
+
+std::string failure_text(const std::exception& error) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&error)) return c10_error->what_without_backtrace();
+  return error.what();
+}
+
+int run_launch(void* argument) {
+  Launch& launch = *static_cast<Launch*>(argument);
+  t_on_device = true;
+  if (at::get_num_threads() != launch.threads) at::set_num_threads(launch.threads);
+  try {
+    at::ThreadLocalStateGuard state(launch.state);
+    DeviceContext context(launch.stream);
+    CorrelationScope correlation(launch.correlation);
+    TraceOriginScope origin(launch.origin);
+    std::optional<c10::WarningUtils::WarningHandlerGuard> warnings;
+    if (launch.warnings != nullptr) warnings.emplace(launch.warnings);
+    const int64_t start_ns = launch.timed ? c10::getTime() : 0;
+    if (launch.work) {
+      launch.work();
+    } else {
+      (*launch.body)();
+    }
+    if (start_ns != 0) record_kernel(*launch.name, start_ns, c10::getTime(), launch.stream.device());
+  } catch (const std::exception& error) {
+    t_on_device = false;
+    if (!launch.work) {
+      launch.error = std::current_exception();
+      return 0;
+    }
+    simKernelSetErrorMessage(failure_text(error).c_str());
+    return 1;
+  } catch (...) {
+    t_on_device = false;
+    if (!launch.work) {
+      launch.error = std::current_exception();
+      return 0;
+    }
+    return 1;
+  }
+  t_on_device = false;
+  return 0;
+}
+
+void release_launch(void* argument) { delete static_cast<Launch*>(argument); }
+
+}  // namespace
+
+bool on_device() { return t_on_device; }
+
+void run_kernel(c10::Device device, const std::string& name, c10::function_ref<void()> body, bool timed) {
+  if (t_on_device) return body();
+  Launch launch(current_stream(device), name);
+  launch.timed = launch.timed && timed;
+  launch.body = &body;
+  launch.warnings = c10::WarningUtils::get_warning_handler();
+  simStream_t stream = driver_stream(launch.stream);
+  {
+    // The kernel may need Python (an operator registered from Python); the host waits without the GIL.
+    std::optional<pybind11::gil_scoped_release> no_gil;
+    if (Py_IsInitialized() && PyGILState_Check()) no_gil.emplace();
+    driver_call(simLaunchKernel(stream, name.c_str(), &run_launch, &launch, 0, nullptr), "simLaunchKernel");
+    driver_call(simStreamSynchronize(stream), "simStreamSynchronize");
+  }
+  if (launch.error) std::rethrow_exception(launch.error);
+}
+
+void launch_kernel(c10::Device device, const std::string& name, std::function<void()> work) {
+  if (t_on_device) return work();
+  auto launch = std::make_unique<Launch>(current_stream(device), name);
+  launch->work = std::move(work);
+  simStream_t stream = driver_stream(launch->stream);
+  Launch* queued = launch.release();  // the driver calls release_launch once the kernel ran or was discarded
+  const simStatus_t status = simLaunchKernel(stream, name.c_str(), &run_launch, queued, 0, &release_launch);
+  // simErrorLaunchFailure comes after the kernel ran (SIM_LAUNCH_BLOCKING=1); any other failure, before it was queued
+  if (status != simSuccess && status != simErrorLaunchFailure) delete queued;
+  driver_call(status, "simLaunchKernel");
+}
+
+}  // namespace sim

@@ -1,0 +1,120 @@
+"""Step 5: sim's kernels are launches on its driver's streams: they run on the driver's executor, after the work
+queued before them, while the host goes on (backend/torch_sim/csrc/operators_launch.cpp)."""
+import threading
+import time
+
+import pytest
+import torch
+import torch_sim  # noqa: F401
+
+from tests.conftest import run_python
+
+LONG_MS = 1500  # long enough that the host's own steps take a small part of it
+
+
+def within(launched: float, ms: float) -> bool:
+    """Whether the host reached this point in well under `ms` after `launched` (a stalled host proves nothing)."""
+    return (time.monotonic() - launched) * 1000 < ms / 2
+
+
+def test_a_computing_kernel_returns_before_the_device_ran_it():
+    x = torch.arange(1024, dtype=torch.float32, device="sim")
+    x * 2  # the first launch of a dtype combination runs before its call returns (launch_direct)
+    torch.sim.device_sleep(LONG_MS)
+    launched = time.monotonic()
+    doubled = x * 2
+    pending = torch.sim.current_stream().query()
+    assert within(launched, LONG_MS), "the host itself stalled for half the sleep; the test proves nothing this time"
+    assert not pending, "the multiply is queued behind the sleep"
+    assert torch.equal(doubled.cpu(), torch.arange(1024, dtype=torch.float32) * 2), ".cpu() waits for it"
+
+
+def test_the_host_runs_ahead_of_the_device():
+    x = torch.ones(256, device="sim")
+    total = torch.zeros(256, device="sim")
+    total.add_(x)
+    torch.sim.device_sleep(LONG_MS)
+    launched = time.monotonic()
+    for _ in range(200):
+        total.add_(x)
+    assert within(launched, LONG_MS), "200 launches returned while the device was still asleep"
+    assert total.sum().item() == 201 * 256
+
+
+def test_a_host_kernel_runs_on_the_drivers_executor_and_may_call_python():
+    threads = []
+
+    @torch.library.custom_op("sim_launch_test::whose_thread", mutates_args=(), device_types="cpu")
+    def whose_thread(x: torch.Tensor) -> torch.Tensor:
+        threads.append(threading.get_native_id())
+        return x + 1
+
+    torch.sim.set_fallback_policy("silent")
+    try:
+        result = whose_thread(torch.zeros(4, device="sim"))
+    finally:
+        torch.sim.set_fallback_policy("warn")
+    assert torch.equal(result.cpu(), torch.ones(4))
+    assert threads and threads[0] != threading.get_native_id(), "the kernel ran on the calling thread"
+
+
+def test_the_callers_intra_op_threads_reach_the_device():
+    seen = []
+
+    @torch.library.custom_op("sim_launch_test::threads_seen", mutates_args=(), device_types="cpu")
+    def threads_seen(x: torch.Tensor) -> torch.Tensor:
+        seen.append(torch.get_num_threads())
+        return x.clone()
+
+    before = torch.get_num_threads()
+    torch.sim.set_fallback_policy("silent")
+    try:
+        torch.set_num_threads(1)
+        threads_seen(torch.zeros(4, device="sim"))
+        torch.set_num_threads(before)
+        threads_seen(torch.zeros(4, device="sim"))
+    finally:
+        torch.set_num_threads(before)
+        torch.sim.set_fallback_policy("warn")
+    assert seen == [1, before]
+
+
+def test_a_warning_raised_in_a_kernel_reaches_python():
+    a, b = torch.ones(3, device="sim"), torch.ones(3, device="sim")
+    out = torch.empty(5, device="sim")
+    with pytest.warns(UserWarning, match="resized"):
+        torch.add(a, b, out=out)
+    assert torch.equal(out.cpu(), torch.full((3,), 2.0))
+
+
+def test_an_error_raised_in_a_kernel_keeps_its_python_type_at_the_call():
+    x = torch.zeros(3, device="sim")
+    with pytest.raises(IndexError, match="out of bounds"):
+        x[torch.tensor([5], device="sim")]
+    assert x.sum().item() == 0
+
+
+def test_an_assertion_that_fails_on_the_device_is_raised_by_the_next_synchronising_call():
+    torch._assert_async(torch.tensor(3.0, device="sim"))
+    torch._assert_async(torch.tensor(0, device="sim"), "the count was zero")  # returns: the device checks later
+    with pytest.raises(RuntimeError, match=r"the kernel 'sim::_assert_async.msg' failed on sim:0 .*the count was zero"):
+        torch.sim.synchronize()
+    torch.sim.synchronize()  # the error was reported once; the device runs work again
+    assert (torch.ones(4, device="sim") * 3).sum().item() == 12
+
+
+def test_a_device_assertion_on_a_tensor_of_several_elements_is_refused_at_the_call():
+    with pytest.raises(RuntimeError, match="needs a tensor of one element, got 2 elements"):
+        torch._assert_async(torch.ones(2, device="sim"))
+
+
+def test_with_sim_launch_blocking_the_failing_launch_raises_itself():
+    program = ("import torch, torch_sim\n"
+               "flag = torch.zeros((), device='sim')\n"
+               "try:\n"
+               "    torch._assert_async(flag, 'flag unset')\n"
+               "except RuntimeError as error:\n"
+               "    print('raised at the launch:', 'flag unset' in str(error))\n")
+    result = run_python(program, SIM_LAUNCH_BLOCKING="1")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "raised at the launch: True"

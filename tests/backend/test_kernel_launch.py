@@ -118,3 +118,28 @@ def test_with_sim_launch_blocking_the_failing_launch_raises_itself():
     result = run_python(program, SIM_LAUNCH_BLOCKING="1")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "raised at the launch: True"
+
+
+def test_what_a_launch_held_for_python_is_released_by_a_host_thread_not_the_device():
+    # A launch carries the caller's thread-local state, here Python's saved-tensor hooks. When the launch holds
+    # their last reference, releasing it takes the GIL: on the executor it would wait for the host thread, which
+    # holds the GIL while it waits for the executor (.item()), and both would wait forever.
+    program = ("import threading, weakref, torch, torch_sim\n"
+               "x = torch.ones(1024, device='sim')\n"
+               "x * x\n"
+               "released_on = []\n"
+               "def pack(t): return t\n"
+               "def unpack(t): return t\n"
+               "hook = weakref.ref(pack, lambda _: released_on.append(threading.get_native_id()))\n"
+               "torch.sim.device_sleep(500)\n"
+               "with torch.autograd.graph.saved_tensors_hooks(pack, unpack):\n"
+               "    y = x * x\n"
+               "del pack, unpack\n"
+               "print('held by the queued launch:', hook() is not None)\n"
+               "print('value:', y.sum().item())\n"
+               "torch.sim.synchronize()\n"
+               "print('released on the calling thread:', released_on == [threading.get_native_id()])\n")
+    result = run_python(program, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["held by the queued launch: True", "value: 1024.0",
+                                          "released on the calling thread: True"]

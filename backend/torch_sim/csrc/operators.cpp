@@ -550,8 +550,12 @@ static bool copy_with_driver(const at::Tensor& self, const at::Tensor& dst, bool
   if (across_devices) wait_for_current_stream(dst.device().index());  // its stream may still read the destination
   const c10::Stream stream = current_stream(device);
   simStream_t handle = driver_stream(stream);
-  // dense with equal strides: both blocks start at element 0 and span nbytes()
-  driver_call(simMemcpyAsync(dst.data_ptr(), self.data_ptr(), self.nbytes(), kind, handle), "simMemcpyAsync");
+  {
+    std::optional<HostWait> wait;  // into pageable memory, the driver returns once the copy ran
+    if (kind != simMemcpyDeviceToDevice) wait.emplace();
+    // dense with equal strides: both blocks start at element 0 and span nbytes()
+    driver_call(simMemcpyAsync(dst.data_ptr(), self.data_ptr(), self.nbytes(), kind, handle), "simMemcpyAsync");
+  }
   const at::Tensor& host = from_device ? dst : self;
   const bool pinned_host = kind != simMemcpyDeviceToDevice && is_pinned_address(host.data_ptr());
   if (pinned_host && non_blocking) {
@@ -561,6 +565,7 @@ static bool copy_with_driver(const at::Tensor& self, const at::Tensor& dst, bool
     return true;
   }
   if (kind == simMemcpyDeviceToDevice && !across_devices) return true;
+  HostWait wait;
   driver_call(simStreamSynchronize(handle), "simStreamSynchronize");
   return true;
 }

@@ -456,7 +456,7 @@ std::optional<at::Tensor> run_functional(const Registered& registered, bool may_
       return run_functional<Kernel>(registered, false, promoted(args, *common)...);
     }
   }
-  at::Tensor output = kernel.output;
+  at::Tensor output = std::move(kernel.output);  // the caller's: the launch computes into its handle only
   launch_direct(registered, output.device(), operand_kinds(args...), std::move(launch));
   return output;
 }

@@ -21,6 +21,8 @@
 #include <c10/util/ApproximateClock.h>
 
 #include <exception>
+#include <mutex>
+#include <vector>
 
 namespace sim {
 namespace {
@@ -100,9 +102,39 @@ int run_launch(void* argument) {
   return 0;
 }
 
-void release_launch(void* argument) { delete static_cast<Launch*>(argument); }
+// Launches the device ran, waiting for a host thread to release them (HostWait). Never destroyed: a launch left
+// at exit would free its tensors after Python has gone.
+std::mutex g_finished_mutex;
+auto* g_finished = new std::vector<Launch*>();
+std::atomic<bool> g_any_finished{false};
+
+void release_launch(void* argument) {
+  std::lock_guard<std::mutex> lock(g_finished_mutex);
+  g_finished->push_back(static_cast<Launch*>(argument));
+  g_any_finished.store(true, std::memory_order_release);
+}
 
 }  // namespace
+
+void release_finished_launches() {
+  if (t_on_device || !g_any_finished.load(std::memory_order_acquire)) return;
+  std::vector<Launch*> finished;
+  {
+    std::lock_guard<std::mutex> lock(g_finished_mutex);
+    finished.swap(*g_finished);
+    g_any_finished.store(false, std::memory_order_relaxed);
+  }
+  for (Launch* launch : finished) delete launch;
+}
+
+HostWait::HostWait() {
+  if (Py_IsInitialized() && PyGILState_Check()) without_gil_.emplace();
+}
+
+HostWait::~HostWait() {
+  without_gil_.reset();
+  release_finished_launches();
+}
 
 bool on_device() { return t_on_device; }
 
@@ -114,9 +146,7 @@ void run_kernel(c10::Device device, const std::string& name, c10::function_ref<v
   launch.warnings = c10::WarningUtils::get_warning_handler();
   simStream_t stream = driver_stream(launch.stream);
   {
-    // The kernel may need Python (an operator registered from Python); the host waits without the GIL.
-    std::optional<pybind11::gil_scoped_release> no_gil;
-    if (Py_IsInitialized() && PyGILState_Check()) no_gil.emplace();
+    HostWait wait;
     driver_call(simLaunchKernel(stream, name.c_str(), &run_launch, &launch, 0, nullptr), "simLaunchKernel");
     driver_call(simStreamSynchronize(stream), "simStreamSynchronize");
   }
@@ -125,6 +155,7 @@ void run_kernel(c10::Device device, const std::string& name, c10::function_ref<v
 
 void launch_kernel(c10::Device device, const std::string& name, std::function<void()> work) {
   if (t_on_device) return work();
+  release_finished_launches();
   auto launch = std::make_unique<Launch>(current_stream(device), name);
   launch->work = std::move(work);
   simStream_t stream = driver_stream(launch->stream);

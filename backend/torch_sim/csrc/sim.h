@@ -112,6 +112,21 @@ void run_kernel(c10::Device device, const std::string& name, c10::function_ref<v
 // kernel, it runs `work` at once.
 // `work` owns everything it uses (the launch returned long before it runs).
 void launch_kernel(c10::Device device, const std::string& name, std::function<void()> work);
+// A host thread's wait for the device, as a scope around the driver call that waits: the thread lets go of the GIL
+// while it waits (a kernel may need it: one registered from Python), and afterwards releases what the kernels
+// the device finished owned. The executor never releases a launch itself: freeing a tensor or a dispatch mode
+// that Python knows takes the GIL, which a host thread waiting for that executor may hold.
+class HostWait {
+ public:
+  HostWait();
+  ~HostWait();
+  HostWait(const HostWait&) = delete;
+  HostWait& operator=(const HostWait&) = delete;
+
+ private:
+  std::optional<pybind11::gil_scoped_release> without_gil_;
+};
+void release_finished_launches();
 
 // ----------------------------------------------------------- profiler.cpp
 bool recording_kernels();

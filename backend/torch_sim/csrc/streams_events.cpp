@@ -80,6 +80,7 @@ c10::Stream exchange_current_stream(c10::Stream stream) {
 void wait_for_current_stream(DeviceIndex device) {
   if (on_device()) return;  // a kernel runs after the work queued before it
   simStream_t stream = driver_stream(current_stream(c10::Device(kSim, device)));
+  HostWait wait;
   driver_call(simStreamSynchronize(stream), "simStreamSynchronize");
 }
 
@@ -112,11 +113,13 @@ bool query_stream(const c10::Stream& stream) {
 }
 
 void synchronize_stream(const c10::Stream& stream) {
+  HostWait wait;
   driver_call(simStreamSynchronize(driver_stream(stream)), "simStreamSynchronize");
 }
 
 void synchronize_device(DeviceIndex device) {
   driver_call(simSetDevice(device), "simSetDevice");
+  HostWait wait;
   driver_call(simDeviceSynchronize(), "simDeviceSynchronize");
 }
 
@@ -155,6 +158,7 @@ bool query_event(void* event) {
 
 void synchronize_event(void* event) {
   if (event == nullptr) return;
+  HostWait wait;
   driver_call(simEventSynchronize(static_cast<SimEvent*>(event)->handle), "simEventSynchronize");
 }
 

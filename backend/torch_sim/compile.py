@@ -35,6 +35,11 @@ on its driver's executor), and a graph capture (step 15) cannot record
 them: sim's wrapper starts the generated call with `torch.sim.refuse_if_capturing(...)`, which fails
 the capture with a clear error instead of leaving a replay that silently skips them.
 
+Inductor keys its caches of compiled code on torch's own sources and settings, not on a backend's classes: after
+an upgrade of sim, code an older sim generated would be loaded again from the cache. sim adds a tag naming its
+code generation (a hash of this file) to `torch.compiler.config.cache_key_tag`, PyTorch's setting for breaking
+those caches, when dynamo loads, before anything compiles (`tag_compile_caches`); a tag the user set stays.
+
 sim also registers a dynamo backend under its device's name, as PyTorch's reference backend does:
 `torch.compile(model, backend="sim")` runs dynamo's graphs on sim's eager kernels, with no code
 generation (`dynamo_backend`). It is registered through the `torch_dynamo_backends` entry point
@@ -44,11 +49,13 @@ at `import torch`.
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -155,6 +162,20 @@ def inductor_backend() -> dict[str, type]:
             "CppWrapperCodegen": CppWrapperCpu, "WrapperFxCodegen": WrapperFxCodegen}
 
 
+def codegen_tag() -> str:
+    """The tag that names this version of sim's code generation in the compile caches' keys."""
+    return "sim-codegen-" + hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+
+
+def tag_compile_caches() -> None:
+    """Add sim's code generation to the compile caches' keys, beside any tag already set."""
+    from torch.compiler import config
+
+    tag = codegen_tag()
+    if tag not in config.cache_key_tag.split("+"):
+        config.cache_key_tag = "+".join(part for part in (config.cache_key_tag, tag) if part)
+
+
 @functools.cache
 def register_dynamo_interface() -> None:
     """Tell dynamo how to ask sim for its devices (once): `get_interface_for_device("sim")` answers from then on."""
@@ -186,6 +207,7 @@ def register_dynamo_interface() -> None:
     device_module.trace_methods(COMPILE_INTERFACE, SimInterface,
                                 [name for name in DYNAMO_INTERFACE_FUNCTIONS if hasattr(SimInterface, name)])
     register_interface_for_device("sim", SimInterface)
+    tag_compile_caches()
 
 
 class _RegisterWhenDynamoLoads(importlib.abc.MetaPathFinder):

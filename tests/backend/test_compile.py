@@ -1,6 +1,7 @@
 """Step 13, compile: torch.compile with its default backend, inductor, generates kernels for sim."""
 from __future__ import annotations
 
+import os
 import subprocess
 import warnings
 import sys
@@ -254,3 +255,15 @@ def test_compiling_asks_sims_compile_classes_what_guide_page_13_tables():
         calls = torch.sim.stop_interface_trace()
     asked = {call["method"] for call in calls if call["interface"] == "compile"}
     assert ASKED_FOR_EACH_GRAPH <= asked <= ASKED_FOR_EACH_GRAPH | ASKED_ONCE
+
+
+def test_the_compile_caches_are_keyed_on_sims_code_generation_beside_the_users_tag():
+    # Inductor's cache keys cover torch's sources, not sim's code generation: without the tag, code an older sim
+    # generated is loaded again after an upgrade.
+    program = ("import torch, torch._dynamo\n"
+               "from torch_sim.compile import codegen_tag\n"
+               "print(torch.compiler.config.cache_key_tag == 'mine+' + codegen_tag())\n")
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=180,
+                            env={**os.environ, "TORCH_COMPILE_CACHE_KEY_TAG": "mine"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "True"

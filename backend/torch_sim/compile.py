@@ -37,8 +37,9 @@ the capture with a clear error instead of leaving a replay that silently skips t
 
 Inductor keys its caches of compiled code on torch's own sources and settings, not on a backend's classes: after
 an upgrade of sim, code an older sim generated would be loaded again from the cache. sim adds a tag naming its
-code generation (a hash of this file) to `torch.compiler.config.cache_key_tag`, PyTorch's setting for breaking
-those caches, when dynamo loads, before anything compiles (`tag_compile_caches`); a tag the user set stays.
+code generation (a hash of this file, and whether graphs are installed) to `torch.compiler.config.cache_key_tag`,
+PyTorch's setting for breaking those caches, when dynamo loads, before anything compiles (`tag_compile_caches`); a
+tag the user set stays.
 
 sim also registers a dynamo backend under its device's name, as PyTorch's reference backend does:
 `torch.compile(model, backend="sim")` runs dynamo's graphs on sim's eager kernels, with no code
@@ -162,18 +163,22 @@ def inductor_backend() -> dict[str, type]:
             "CppWrapperCodegen": CppWrapperCpu, "WrapperFxCodegen": WrapperFxCodegen}
 
 
+CODEGEN_TAG_PREFIX = "sim-codegen-"
+
+
 def codegen_tag() -> str:
-    """The tag that names this version of sim's code generation in the compile caches' keys."""
-    return "sim-codegen-" + hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+    """The tag that names what sim's code generation writes, in the compile caches' keys: this file's version, and
+    whether graphs (step 15) are installed, since the generated code then refuses a capture first."""
+    digest = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+    return CODEGEN_TAG_PREFIX + digest + ("-graphs" if hasattr(torch.sim, "refuse_if_capturing") else "")
 
 
 def tag_compile_caches() -> None:
-    """Add sim's code generation to the compile caches' keys, beside any tag already set."""
+    """Put sim's code generation into the compile caches' keys, beside any tag the user set."""
     from torch.compiler import config
 
-    tag = codegen_tag()
-    if tag not in config.cache_key_tag.split("+"):
-        config.cache_key_tag = "+".join(part for part in (config.cache_key_tag, tag) if part)
+    kept = [part for part in config.cache_key_tag.split("+") if part and not part.startswith(CODEGEN_TAG_PREFIX)]
+    config.cache_key_tag = "+".join([*kept, codegen_tag()])
 
 
 @functools.cache

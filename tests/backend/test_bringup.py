@@ -96,3 +96,16 @@ def test_a_feature_of_a_missing_step_names_the_step():
 
 def test_a_crash_is_reported_as_a_crash():
     assert "SIGSEGV" in error_summary("", -11)
+
+
+def test_the_compile_check_after_a_full_bring_up_wrote_the_cache_still_works(tmp_path, monkeypatch):
+    # The code inductor generates for sim refuses graph captures first once graphs (step 15) are installed; the
+    # compile caches' key must tell the two apart, or a backend brought up to step 13 loads code that calls a
+    # function it does not have.
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    record = find_step(GUIDE, "compile")
+    full = run_check(record, torch_sim.STEPS[-1])
+    assert full.succeeded, full.error
+    assert any(tmp_path.rglob("*.py")), "the full bring-up cached no compiled code: the test proves nothing"
+    partial = run_check(record, "compile")
+    assert partial.succeeded, partial.error

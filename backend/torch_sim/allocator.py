@@ -69,9 +69,8 @@ def mem_get_info(device: Any = None) -> tuple[int, int]:
 
 
 def memory_mode() -> str:
-    """'unified': host code can read and write sim's device memory, as on an integrated accelerator. The driver
-    also offers 'discrete' (SIM_MEMORY), memory the host cannot touch, which sim refuses while torch.compile's
-    generated kernels and simccl's collectives still read device memory from host threads."""
+    """'unified' (the default): host code can read and write sim's device memory, as on an integrated accelerator;
+    'discrete' (SIM_MEMORY=discrete): only the driver's copies and sim's kernels reach it, as on a card."""
     return load_runtime().memory_mode()
 
 

@@ -6,8 +6,8 @@ them) and device op overrides (how the wrapper sets the device and synchronizes)
 asks the device module for the first two (`torch.sim.Scheduling`, `torch.sim.PythonWrapperCodegen`,
 `torch.sim.CppWrapperCodegen`, `torch.sim.WrapperFxCodegen`: all four, or it ignores them) the
 first time it compiles; sim answers then, so `import torch`
-never pays for importing inductor. sim memory is host memory, so sim uses inductor's own C++ CPU
-code generation: the kernels it writes read and write sim memory directly. Dynamo's question "how
+never pays for importing inductor. sim computes on the host, so sim uses inductor's own C++ CPU
+code generation, and runs the kernels it writes as its own (below). Dynamo's question "how
 do I count and synchronize this device?" (`get_interface_for_device("sim")`) is answered from the
 moment dynamo's device-interface module loads: importing it at `import torch` would cost a second
 and a half, so sim registers through an import hook instead.
@@ -29,9 +29,10 @@ public classes and settings:
   compiled for sim:1 would return its results on sim:0; sim's wrapper (`make_allocation`) writes the
   buffer's whole device.
 
-The generated kernels read and write sim memory from the host at once: each call waits for the work
-queued on the current stream first (sim's eager kernels, the wrapper's extern kernels among them, run
-on its driver's executor), and a graph capture (step 15) cannot record
+The generated kernels are compiled for the host, and sim runs them as its own kernels: the wrapper calls each
+through `torch.sim.run_host_kernel`, a launch on the current stream of its tensors' device, so it runs on the
+driver's executor after the work queued there (sim's eager kernels, the wrapper's extern kernels among them), where
+device memory is open even with `SIM_MEMORY=discrete`. A graph capture (step 15) cannot record
 them: sim's wrapper starts the generated call with `torch.sim.refuse_if_capturing(...)`, which fails
 the capture with a clear error instead of leaving a replay that silently skips them.
 
@@ -93,15 +94,21 @@ def inductor_backend() -> dict[str, type]:
     from torch._inductor.codegen.wrapper_fxir import WrapperFxCodegen
 
     class HostKernelCalls:
-        """Calls the C++ kernels as kernels of the host CPU, which they are: they run there, on sim memory, once the
-        work queued on the current stream (sim's own kernels, which run on its driver's executor) has run."""
+        """Calls the C++ kernels, compiled for the host CPU, as kernels of sim: each call is launched on the current
+        stream of its tensors' device (`torch.sim.run_host_kernel`), runs on the driver's executor after the work
+        queued there, and returns once it ran."""
 
         def generate_kernel_call(self, kernel_name: str, call_args: Any, *, device: Any = None, triton: bool = True,
                                  **options: Any) -> None:
             if not triton:
                 device = torch.device("cpu")
-                self.writeline("torch.sim.current_stream().synchronize()")
+                self.__dict__.setdefault("host_kernels", set()).add(kernel_name)
             super().generate_kernel_call(kernel_name, call_args, device=device, triton=triton, **options)
+
+        def wrap_kernel_call(self, name: str, call_args: Any) -> str:
+            if name in self.__dict__.get("host_kernels", ()):
+                return super().wrap_kernel_call("torch.sim.run_host_kernel", [repr(name), name, *call_args])
+            return super().wrap_kernel_call(name, call_args)
 
     class IndexedAllocations:
         """Allocates each buffer on its own sim device, not on the current one."""
@@ -277,6 +284,12 @@ def _inductor_attribute(name: str) -> type:
     raise AttributeError(f"module 'torch.sim' has no attribute {name!r}")
 
 
+def run_host_kernel(name: str, kernel: Callable[..., Any], *args: Any) -> None:
+    """Run a kernel torch.compile generated for the host as a kernel of sim: launched on the current stream of the
+    device of its first sim tensor, on the driver's executor, returning once it ran."""
+    device_module._runtime().run_host_kernel(name, kernel, *args)
+
+
 def install() -> None:
-    device_module.export(__getattr__=_inductor_attribute)
+    device_module.export(run_host_kernel, __getattr__=_inductor_attribute)
     register_dynamo_interface_when_it_loads()

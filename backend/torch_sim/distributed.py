@@ -3,8 +3,9 @@
 torch.distributed runs each collective on the backend registered for the tensors' device.
 sim registers `simccl` for the device "sim" (backend/torch_sim/csrc/distributed.cpp), so
 `init_process_group()` with no backend argument uses it for sim tensors and Gloo for CPU ones.
-sim memory is host memory: simccl gives the host's Gloo backend CPU views of the device memory,
-so collectives, DDP and FSDP move no staging copies. A tensor on another device gets one clear
+simccl runs the host's Gloo backend: with unified memory on CPU views of the device memory, so
+collectives, DDP and FSDP move no staging copies; with SIM_MEMORY=discrete on host copies, staged
+before the collective and copied back after it. A tensor on another device gets one clear
 error before anything is sent. sim also gives DDP a timer for its devices, so DDP's runtime
 statistics cover sim as they cover CPU and CUDA.
 """

@@ -54,14 +54,7 @@ def test_item_reads_the_element_it_names():
     assert (-complex_values)[0].item() == -1 - 2j
 
 
-def test_memory_mode_is_unified_by_default():
-    assert torch.sim.memory_mode() == "unified"
-
-
 @pytest.mark.parametrize(("variable", "value", "message"), [
-    ("SIM_MEMORY", "discrete", "SIM_MEMORY=discrete is not supported yet: torch.compile's generated kernels and "
-                               "simccl's collectives read device memory from host threads; unset SIM_MEMORY or set it "
-                               "to 'unified'"),
     ("SIM_MEMORY", "shared", "SIM_MEMORY must be 'unified' or 'discrete', got 'shared'; correct or unset the variable"),
     ("SIM_LAUNCH_BLOCKING", "yes", "SIM_LAUNCH_BLOCKING must be '0' or '1', got 'yes'"),
 ])

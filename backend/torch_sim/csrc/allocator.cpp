@@ -367,6 +367,15 @@ bool is_sim_memory(const c10::Storage& storage) {
   return storage.data_ptr().get_deleter() == &sim_free;
 }
 
+bool discrete_memory() {
+  static const bool discrete = [] {
+    simDeviceProp properties;
+    driver_call(simGetDeviceProperties(&properties, 0), "simGetDeviceProperties");
+    return properties.discreteMemory != 0;
+  }();
+  return discrete;
+}
+
 // Pinned host memory: an at::HostAllocator, registered for PrivateUse1 by the hooks, so that
 // torch.accelerator.empty_host_cache() and the host statistics reach it (PyTorch calls the
 // registered host allocator without checking that there is one). Blocks are rounded up to a power
@@ -573,11 +582,7 @@ void bind_allocator(pybind11::module& module) {
                 "simDeviceSetMemoryLimit");
     m.capacity = capacity;
   });
-  module.def("memory_mode", []() {
-    simDeviceProp properties;
-    driver_call(simGetDeviceProperties(&properties, 0), "simGetDeviceProperties");
-    return std::string(properties.discreteMemory ? "discrete" : "unified");
-  });
+  module.def("memory_mode", []() { return std::string(discrete_memory() ? "discrete" : "unified"); });
   // What the driver knows of an address: ("device", N), ("pinned", -1) or ("host", -1).
   module.def("pointer_attributes", [](int64_t address) {
     simPointerAttributes attributes;

@@ -4,9 +4,9 @@
 // arguments and decides the output's shape, strides and dtype, and an impl() that builds a
 // TensorIterator and calls a per-device DispatchStub. A vendor reuses both halves for its own key
 // by allocating the outputs itself (set_output_*) and registering its device's loop for each stub
-// (set_privateuse1_dispatch_ptr). sim's device memory is host memory, so its loop for every stub
-// is the CPU's: the call reaches the host kernel with no boxed stack, no host aliases and no
-// copy. meta() and the output's allocation run at the call; impl() is a kernel launched on the
+// (set_privateuse1_dispatch_ptr). sim's kernels run on the host (its driver's executor, where device
+// memory is open in either memory mode), so its loop for every stub is the CPU's: the call reaches
+// the host kernel with no boxed stack, no host aliases and no copy. meta() and the output's allocation run at the call; impl() is a kernel launched on the
 // current stream, which returns at once (operators_launch.cpp), as a vendor's launch does. compute_on_host (operators.cpp) remains the route for everything else, and for the calls
 // a direct kernel cannot take as the CPU would: arguments on another device, mixed dtypes the
 // CPU promotes first, and kernels launched while a stream captures a graph. Each call that takes

@@ -19,6 +19,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>
 #include <c10/util/ApproximateClock.h>
+#include <torch/csrc/autograd/python_variable.h>
 
 #include <exception>
 #include <mutex>
@@ -164,6 +165,30 @@ void launch_kernel(c10::Device device, const std::string& name, std::function<vo
   // simErrorLaunchFailure comes after the kernel ran (SIM_LAUNCH_BLOCKING=1); any other failure, before it was queued
   if (status != simSuccess && status != simErrorLaunchFailure) delete queued;
   driver_call(status, "simLaunchKernel");
+}
+
+// Runs a kernel compiled for the host (torch.compile's C++ kernels for sim) as a kernel of the device of its first
+// sim tensor argument: on the driver's executor, in that device's current stream's order, where device memory is
+// open to it. Returns once it ran. `kernel` is a Python callable; the executor takes the GIL to call it.
+static void run_host_kernel(const std::string& name, const pybind11::function& kernel, const pybind11::args& args) {
+  c10::Device device(kSim, t_current_device);
+  for (const auto& argument : args) {
+    if (THPVariable_Check(argument.ptr())) {
+      const at::Tensor& tensor = THPVariable_Unpack(argument.ptr());
+      if (tensor.device().type() == kSim) {
+        device = tensor.device();
+        break;
+      }
+    }
+  }
+  run_kernel(device, name, [&] {
+    pybind11::gil_scoped_acquire with_gil;
+    kernel(*args);
+  });
+}
+
+void bind_launches(pybind11::module& module) {
+  module.def("run_host_kernel", &run_host_kernel);
 }
 
 }  // namespace sim

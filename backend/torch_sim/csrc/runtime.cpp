@@ -65,11 +65,6 @@ static void install_runtime(int device_count, int64_t capacity) {
   driver_call(simGetDeviceCount(&driver_devices), "simGetDeviceCount");
   TORCH_CHECK(driver_devices == device_count, "sim's driver has ", driver_devices, " device(s) but sim expected ",
               device_count, "; set SIM_DEVICE_COUNT before the backend starts and do not change it afterwards");
-  simDeviceProp properties;
-  driver_call(simGetDeviceProperties(&properties, 0), "simGetDeviceProperties");
-  TORCH_CHECK(properties.discreteMemory == 0,
-              "SIM_MEMORY=discrete is not supported yet: torch.compile's generated kernels and simccl's collectives "
-              "read device memory from host threads; unset SIM_MEMORY or set it to 'unified'");
   create_device_memory(device_count, capacity);
   g_device_count = device_count;
 }
@@ -86,6 +81,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   bind_guard(module);
   bind_allocator(module);
   bind_operators(module);
+  bind_launches(module);
   bind_recurrent_operators(module);
   bind_direct_operators(module);
   bind_streams_events(module);

@@ -45,6 +45,7 @@ torch::Library& new_library(torch::Library::Kind kind, const char* ns, c10::Disp
 c10::DeviceAllocator& device_allocator();
 void sim_free(void* ptr);  // the deleter of every block of sim memory
 bool is_sim_memory(const c10::Storage& storage);
+bool discrete_memory();  // SIM_MEMORY=discrete: host code cannot touch device memory, only kernels and copies
 void create_device_memory(int device_count, int64_t capacity);
 std::optional<DeviceIndex> device_of_pointer(const void* data);  // nullopt outside sim memory
 bool is_pinned_address(const void* data);
@@ -145,6 +146,7 @@ void bind_allocator(pybind11::module& module);
 void bind_hooks(pybind11::module& module);
 void bind_guard(pybind11::module& module);
 void bind_operators(pybind11::module& module);
+void bind_launches(pybind11::module& module);
 void bind_streams_events(pybind11::module& module);
 void bind_generator(pybind11::module& module);
 void bind_amp(pybind11::module& module);

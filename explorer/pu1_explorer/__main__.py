@@ -45,8 +45,19 @@ def _write(text: str, output: str | None) -> None:
 def command_coverage(arguments: argparse.Namespace) -> None:
     from pu1_explorer.op_coverage import coverage
 
+    if arguments.against and arguments.namespace != "aten":
+        raise ValueError(f"--against compares ATen kernels; it does not take --namespace {arguments.namespace}")
     _progress(f"classifying every {arguments.namespace} overload for {arguments.device}")
     snapshot = coverage(_backend_key(arguments.device), label=arguments.device, namespace=arguments.namespace)
+    if arguments.against:
+        from pu1_explorer.baselines import against
+
+        _progress(f"reading {arguments.against}'s kernels from torch's native_functions.yaml")
+        report = against(snapshot, arguments.against)
+        text = {"json": report.to_json, "csv": lambda: report.to_csv(core_only=arguments.core),
+                "md": lambda: report.to_markdown(core_only=arguments.core)}[arguments.format]()
+        _write(text, arguments.output)
+        return
     if arguments.format == "json":
         text = snapshot.to_json()
     elif arguments.format == "csv":
@@ -196,6 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
     coverage.add_argument("--core", action="store_true", help="only the core-ATen overloads")
     coverage.add_argument("--namespace", choices=("aten", "c10d"), default="aten",
                           help="the operators to classify: ATen's, or c10d's collectives")
+    coverage.add_argument("--against", choices=("cuda", "cpu", "mps"),
+                          help="only the overloads this device of PyTorch's has a kernel for (from torch's "
+                               "native_functions.yaml), each with what the backend does with it")
     coverage.add_argument("--format", choices=("md", "csv", "json"), default="md")
     coverage.add_argument("-o", "--output")
     coverage.set_defaults(run=command_coverage)

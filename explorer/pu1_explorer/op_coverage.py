@@ -23,6 +23,7 @@ import json
 import os
 import uuid
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -166,12 +167,16 @@ class CoverageSnapshot:
         }
 
     def filter(self, *, status: str | None = None, core_only: bool = False, text: str = "",
-               autograd: str | None = None, autocast: str | None = None, transitive: bool = False) -> list[CoverageRow]:
-        """Rows matching every given condition (status on the backend key, or transitive status)."""
+               autograd: str | None = None, autocast: str | None = None, transitive: bool = False,
+               among: Collection[str] | None = None) -> list[CoverageRow]:
+        """Rows matching every given condition (status on the backend key, or transitive status; `among`: only these
+        operators, a baseline's for instance)."""
         needle = text.lower()
         selected = []
         for row in self.rows:
             if core_only and not row.core:
+                continue
+            if among is not None and row.operator not in among:
                 continue
             if status and (row.transitive if transitive else row.backend) != status:
                 continue
@@ -305,7 +310,8 @@ def _core_operators_through_torch_ops() -> frozenset[str]:
     return frozenset(core)
 
 
-def _family(operator: str) -> str:
+def operator_family(operator: str) -> str:
+    """'aten::add_.Tensor' -> 'add': the base name without overload and leading or trailing underscores."""
     return operator.split("::", 1)[1].split(".", 1)[0].rstrip("_").lstrip("_") or operator
 
 
@@ -356,7 +362,7 @@ def coverage(backend_key: str = "PrivateUse1", label: str | None = None, namespa
         return status
 
     rows = [CoverageRow(operator, backend, autograd, autocast, operator in core, transitive(operator),
-                        _family(operator))
+                        operator_family(operator))
             for operator, (backend, autograd, autocast) in sorted(statuses.items())]
     privateuse1 = privateuse1_backend()
     name = label or (torch._C._get_privateuse1_backend_name() if key == "PrivateUse1" else key)

@@ -6,6 +6,7 @@ import torch
 
 from pu1_explorer.widgets import (CoverageExplorer, DispatchTable, DispatchVisualizer, FallbackMonitor, GuideStepper,
                               MemoryMonitor, guide_step)
+from pu1_explorer.baselines import baseline
 from pu1_explorer.op_coverage import core_operators
 from pu1_explorer.widgets.figures import compare_figure, trace_figure
 from pu1_explorer.widgets.base import escape
@@ -93,6 +94,12 @@ def test_coverage_explorer_filters_drills_down_and_diffs():
     assert "overloads differ from CPU" in widget.differences.value
     treemap = widget.figure().data[0]
     assert "fallback" in treemap.labels and treemap.values[0] == len(core_operators())  # core only
+    widget.search.value = ""
+    widget.among.value = "cuda"
+    among_cuda = widget.filtered()
+    assert among_cuda and all(row.operator in baseline("cuda").operators for row in among_cuda)
+    assert "sim has its own kernel for" in widget.count.value and "core-ATen kernels" in widget.count.value
+    assert "<th>CUDA</th>" in widget.table.value and "<td>kernel</td>" in widget.table.value
 
 
 def test_fallback_and_memory_monitors_run_workloads_with_progress():
@@ -275,3 +282,4 @@ def test_the_coverage_page_lists_every_overload_with_a_search_box(monkeypatch):
     page = widget.static_html()
     assert page.count("<tr><td><code style='white-space:nowrap'>") == len(widget.snapshot.rows) > 2000
     assert "type='search'" in page and "oninput=" in page
+    assert "sim has its own kernel for" in page and escape("of CUDA's") in page

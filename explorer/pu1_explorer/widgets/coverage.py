@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ipywidgets
 
+from pu1_explorer.baselines import BASELINE_KEYS, against, baseline
 from pu1_explorer.devices import backend_key, check_device
 from pu1_explorer.op_coverage import STATUS_ORDER, CoverageSnapshot, ForeignSnapshotError, coverage, diff
 from pu1_explorer.dispatch_tables import FALLTHROUGH
@@ -12,15 +13,16 @@ from pu1_explorer.widgets.figures import coverage_treemap, dispatch_table_figure
 TABLE_ROWS = 200
 
 
-def rows_table(rows, limit: int = TABLE_ROWS) -> str:
-    """Coverage rows as an HTML table (the first `limit`)."""
+def rows_table(rows, limit: int = TABLE_ROWS, cuda_kernels: frozenset[str] = frozenset()) -> str:
+    """Coverage rows as an HTML table (the first `limit`), with whether CUDA has a kernel for each."""
     body = "".join(
         f"<tr><td><code style='white-space:nowrap'>{escape(row.operator)}</code></td><td>{escape(row.backend)}</td>"
         f"<td>{escape(row.transitive)}</td><td>{escape(row.autograd)}</td><td>{escape(row.autocast)}</td>"
+        f"<td>{'kernel' if row.operator in cuda_kernels else ''}</td>"
         f"<td>{'core' if row.core else ''}</td></tr>" for row in rows[:limit])
     more = f"<p>… and {len(rows) - limit} more</p>" if len(rows) > limit else ""
     return ("<div style='max-height:22em;overflow:auto'><table><thead><tr><th>operator</th><th>backend key</th>"
-            "<th>transitive</th><th>autograd key</th><th>autocast key</th><th></th></tr></thead>"
+            "<th>transitive</th><th>autograd key</th><th>autocast key</th><th>CUDA</th><th></th></tr></thead>"
             f"<tbody>{body}</tbody></table></div>{more}")
 
 
@@ -28,7 +30,8 @@ class CoverageExplorer(ExplorerWidget):
     """Coverage of a backend: `CoverageExplorer(device="sim", compare_with="CPU")` (device: the loaded backend by default).
 
     A treemap by status and operator family; a table filtered by text, status, core
-    ATen, autograd and autocast status; a drill-down into one operator's dispatch
+    ATen, autograd and autocast status, and to the overloads CUDA (or the CPU, or MPS) has a kernel for, with how
+    far the backend is from that device; a drill-down into one operator's dispatch
     table; and the difference from another backend or an earlier snapshot.
     """
 
@@ -48,6 +51,9 @@ class CoverageExplorer(ExplorerWidget):
                                                      "missing"], value="any", description="autograd")
         self.autocast = ipywidgets.Dropdown(options=["any", "kernel", FALLTHROUGH, "missing"], value="any",
                                             description="autocast")
+        self.among = ipywidgets.Dropdown(options=[("every overload", "any")] + [
+            (f"{'the CPU' if device == 'cpu' else device.upper()} has a kernel", device) for device in BASELINE_KEYS],
+            value="any", description="among")
         self.count = ipywidgets.HTML()
         self.table = ipywidgets.HTML()
         self.drill = ipywidgets.Combobox(options=[row.operator for row in self.snapshot.rows], ensure_option=True,
@@ -57,12 +63,14 @@ class CoverageExplorer(ExplorerWidget):
         self.picture = ipywidgets.Output()
         self.differences = ipywidgets.HTML()
         self.drilled = None
-        for control in (self.search, self.status, self.transitive, self.core_only, self.autograd, self.autocast):
+        for control in (self.search, self.status, self.transitive, self.core_only, self.autograd, self.autocast,
+                        self.among):
             control.observe(lambda change: self.refresh(), names="value")
         self.core_only.observe(lambda change: self.show_figure(self.picture, self.figure()), names="value")
         self.drill.observe(lambda change: self.drill_down(change["new"]), names="value")
         filters = ipywidgets.VBox([ipywidgets.HBox([self.search, self.status, self.transitive]),
-                                   ipywidgets.HBox([self.core_only, self.autograd, self.autocast])])
+                                   ipywidgets.HBox([self.core_only, self.autograd, self.autocast]),
+                                   self.among])
         super().__init__([self.picture, filters, self.count, self.table, self.drill, self.drill_message,
                           self.drill_output, self.differences])
         self.show_figure(self.picture, self.figure())
@@ -72,14 +80,19 @@ class CoverageExplorer(ExplorerWidget):
     def filtered(self):
         """The rows that match the controls (the engine's filter)."""
         pick = lambda control: None if control.value == "any" else control.value  # noqa: E731
+        among = pick(self.among)
         return self.snapshot.filter(status=pick(self.status), core_only=self.core_only.value,
                                     text=self.search.value.strip(), autograd=pick(self.autograd),
-                                    autocast=pick(self.autocast), transitive=self.transitive.value == "transitive")
+                                    autocast=pick(self.autocast), transitive=self.transitive.value == "transitive",
+                                    among=baseline(among).operators if among else None)
 
     def refresh(self) -> None:
         rows = self.filtered()
-        self.count.value = f"<b>{len(rows)}</b> of {len(self.snapshot.rows)} overloads match"
-        self.table.value = rows_table(rows)
+        headline = ""
+        if self.among.value != "any":
+            headline = f"<br>{escape(against(self.snapshot, self.among.value).headline(self.core_only.value))}."
+        self.count.value = f"<b>{len(rows)}</b> of {len(self.snapshot.rows)} overloads match{headline}"
+        self.table.value = rows_table(rows, cuda_kernels=baseline("cuda").operators)
 
     def figure(self):
         return coverage_treemap(self.snapshot, core_only=self.core_only.value)
@@ -127,5 +140,6 @@ class CoverageExplorer(ExplorerWidget):
                   "this.parentNode.querySelector('.matches').textContent=shown\">")
         return (f"<div class='explorer-widget coverage'>{figure_html(self.figure())}"
                 f"<p>{summary['without_fallback_percent']}% of {summary['operators']} overloads run without the "
-                f"fallback. All of them, searchable (<b class='matches'>{len(rows)}</b> shown):</p>{search}"
-                f"{rows_table(rows, limit=len(rows))}{self.diff_html()}</div>")
+                f"fallback; {escape(against(self.snapshot, 'cuda').headline())}. All of them, searchable "
+                f"(<b class='matches'>{len(rows)}</b> shown):</p>{search}"
+                f"{rows_table(rows, limit=len(rows), cuda_kernels=baseline('cuda').operators)}{self.diff_html()}</div>")

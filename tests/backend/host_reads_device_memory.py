@@ -5,5 +5,6 @@ import ctypes
 import torch
 
 tensor = torch.arange(4.0, device="sim") + 1  # written by a kernel of sim
+torch.sim.synchronize()  # the kernel has run: host code now reads its result in place
 print(f"{tensor.data_ptr():#x}", flush=True)
 print(ctypes.string_at(tensor.data_ptr(), 4), flush=True)

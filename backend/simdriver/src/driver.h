@@ -116,6 +116,15 @@ struct Driver {
   std::string running_task;       // the name of the task the executor runs, for the exit message
   std::atomic<uint64_t> submissions{0};  // tasks ever queued, for the executor's idle spin
   std::atomic<uint64_t> completions{0};  // tasks ever finished, for a waiter's spin
+  int host_waiters = 0;  // host threads waiting for work to finish (discrete memory closes before they wake)
+};
+
+// Counts a host thread as waiting for the device while it lives, under the driver's mutex. When the wait ends
+// with the executor between tasks, discrete memory is closed again, so that the host's next access is caught.
+struct HostWaiter {
+  explicit HostWaiter(Driver& state) : state(state) { state.host_waiters += 1; }
+  ~HostWaiter();
+  Driver& state;
 };
 
 // The driver's state; valid once enter() has succeeded.

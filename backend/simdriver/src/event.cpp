@@ -82,6 +82,7 @@ simStatus_t simEventSynchronize(simEvent_t event) {
   auto waited = live_event(event, "simEventSynchronize", &status);
   if (waited == nullptr) return status;
   uint64_t generation = waited->recorded_generation;
+  simdriver::HostWaiter waiting(driver());
   driver().done.wait(lock, [&] { return waited->completed_generation >= generation || driver().executor_stopped; });
   return waited->device < 0 ? simSuccess : simdriver::take_pending_error(waited->device);
 }

@@ -136,8 +136,9 @@ void executor_main() {
     }
     stream->completed += 1;
     state.completions.fetch_add(1, std::memory_order_release);
-    // Discrete memory closes before a waiting caller wakes, so that its next host access is caught.
-    if (next_ready_stream(state, &progressed) == nullptr) simdriver::close_device_memory();
+    // Discrete memory closes before a waiting caller wakes, so that its next host access is caught. With no
+    // caller waiting it stays open through the idle spin: a launch that comes within it costs no mprotect.
+    if (state.host_waiters > 0 && next_ready_stream(state, &progressed) == nullptr) simdriver::close_device_memory();
     state.done.notify_all();
   }
   simdriver::close_device_memory();
@@ -154,6 +155,11 @@ simStatus_t checked_stream(simStream_t stream, std::shared_ptr<simStream_st>* ou
 }  // namespace
 
 namespace simdriver {
+
+HostWaiter::~HostWaiter() {
+  state.host_waiters -= 1;
+  if (state.running_task.empty()) close_device_memory();
+}
 
 bool on_executor_thread() { return t_on_executor; }
 
@@ -190,6 +196,7 @@ uint64_t submit(const std::shared_ptr<simStream_st>& stream, Task task) {
 void wait_for_task(std::unique_lock<std::mutex>& lock, const std::shared_ptr<simStream_st>& stream, uint64_t sequence) {
   Driver& state = driver();
   auto finished = [&] { return stream->completed >= sequence || state.executor_stopped; };
+  simdriver::HostWaiter waiting(state);
   const auto deadline = std::chrono::steady_clock::now() + kSpin;
   while (!t_on_executor && !finished() && std::chrono::steady_clock::now() < deadline)
     spin_on(lock, state.completions, state.completions.load(std::memory_order_acquire));

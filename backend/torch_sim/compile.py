@@ -159,7 +159,7 @@ def inductor_backend() -> dict[str, type]:
 
     device_module.trace_methods(COMPILE_INTERFACE, SimScheduling, ["codegen_node"])
     device_module.trace_methods(COMPILE_INTERFACE, SimWrapperCodegen,
-                                ["create", "generate_kernel_call", "make_allocation",
+                                ["create", "generate_kernel_call", "wrap_kernel_call", "make_allocation",
                                  "write_launcher_fn_call_get_indent"])
     device_module.trace_methods(COMPILE_INTERFACE, SimDeviceOpOverrides,
                                 [name for name in DEVICE_OP_OVERRIDES if hasattr(SimDeviceOpOverrides, name)])

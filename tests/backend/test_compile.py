@@ -230,6 +230,7 @@ def test_a_function_compiled_for_the_second_device_returns_its_results_there():
 # Each code generation asks the first group; the others are asked once per process and then remembered.
 ASKED_FOR_EACH_GRAPH = {
     "SimScheduling.codegen_node", "SimWrapperCodegen.create", "SimWrapperCodegen.generate_kernel_call",
+    "SimWrapperCodegen.wrap_kernel_call",
     "SimWrapperCodegen.make_allocation", "SimWrapperCodegen.write_launcher_fn_call_get_indent"}
 ASKED_ONCE = {"Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen", "WrapperFxCodegen",
               "SimInterface.get_device_properties", "SimInterface.get_compute_capability"}

@@ -83,6 +83,7 @@ benchmark: setup
 	$(PYTHON) benchmarks/import_speed.py
 	$(PYTHON) benchmarks/profiler_overhead.py
 	$(PYTHON) benchmarks/interface_trace_overhead.py
+	$(PYTHON) benchmarks/sanitizer_overhead.py
 	$(PYTHON) benchmarks/compile_speed.py
 	$(PYTHON) benchmarks/graph_speed.py
 	$(PYTHON) benchmarks/fresh_process_speed.py

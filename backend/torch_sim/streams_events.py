@@ -7,11 +7,20 @@ wait makes a stream, not the host, wait, and elapsed_time() is the device's cloc
 between two completed records of events created with enable_timing=True. Kernels,
 copies and device_sleep() run on the device asynchronously, in the order of their
 stream.
+
+Tools follow the streams, events and memory through PyTorch's device-trace hooks: sim's C++
+tells `c10::impl::GPUTrace` of each new stream, event record, wait and host synchronisation
+(streams_events.cpp) and of each block its allocator hands out or takes back (allocator.cpp).
+PyTorch's interpreter passes each to `torch.sim._gpu_trace.<Kind>Callbacks` (it imports the
+device module by its name and looks for that attribute, as for `torch.cuda`), where a tool, such
+as the explorer's stream sanitizer, adds a callback. Tracing costs nothing while none is there.
 """
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+import threading
+import types
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -78,6 +87,50 @@ def device_sleep(milliseconds: float, device: Any = None) -> None:
     load_runtime().device_sleep(float(milliseconds), _device_index(device))
 
 
+_listeners = threading.Lock()
+_callbacks = 0  # in all registries: sim's C++ tells PyTorch's hooks only while there is one
+
+
+def _count(change: int) -> None:
+    global _callbacks
+    with _listeners:
+        before, _callbacks = _callbacks, _callbacks + change
+        if (before == 0) != (_callbacks == 0):
+            load_runtime().listen_to_gpu_trace(_callbacks > 0)
+
+
+class CallbackRegistry:
+    """The callbacks of one kind of trace event, fired in the order they were added."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.callback_list: list[Callable[..., None]] = []
+
+    def add_callback(self, callback: Callable[..., None]) -> None:
+        self.callback_list.append(callback)
+        _count(+1)
+
+    def remove_callback(self, callback: Callable[..., None]) -> None:
+        """Unlike torch.cuda's registries, sim's let a tool go: with the last callback gone, tracing costs nothing."""
+        self.callback_list.remove(callback)
+        _count(-1)
+
+    def fire_callbacks(self, *args: int) -> None:
+        for callback in list(self.callback_list):
+            callback(*args)
+
+
+# torch.sim._gpu_trace: one registry per hook, by the names PyTorch's interpreter fires.
+gpu_trace = types.SimpleNamespace(**{
+    f"{kind}Callbacks": CallbackRegistry(f"sim {description}") for kind, description in (
+        ("EventCreation", "event creation"), ("EventDeletion", "event deletion"), ("EventRecord", "event record"),
+        ("EventWait", "event wait"), ("MemoryAllocation", "memory allocation"),
+        ("MemoryDeallocation", "memory deallocation"), ("StreamCreation", "stream creation"),
+        ("DeviceSynchronization", "device synchronization"), ("StreamSynchronization", "stream synchronization"),
+        ("EventSynchronization", "event synchronization"))})
+
+
 def install() -> None:
     load_runtime().install_streams_events()
     export(Stream, Event, current_stream, default_stream, set_stream, stream, device_sleep)
+    export(_gpu_trace=gpu_trace)  # the attribute PyTorch's interpreter fires device-trace hooks into

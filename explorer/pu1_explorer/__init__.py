@@ -22,6 +22,7 @@ _EXPORTS = {
     **dict.fromkeys(("KeySetPicture", "key_set"), "keyset"),
     **dict.fromkeys(("TimelineSpan", "timeline"), "profile"),
     **dict.fromkeys(("OpResult", "Probe", "ProbeResult", "Scorecard", "scorecard"), "conformance"),
+    **dict.fromkeys(("Race", "SanitizerReport", "SanitizerUnavailable", "stream_sanitizer"), "sanitizer"),
     **dict.fromkeys(("Hop", "Trace", "trace"), "tracer"),
 }
 __all__ = list(_EXPORTS)

@@ -1,4 +1,4 @@
-"""Command line: `python -m pu1_explorer coverage|trace|report|table ...`; see `python -m pu1_explorer --help`."""
+"""Command line: `python -m pu1_explorer coverage|trace|table|report|scorecard|sanitize|new ...`; see `--help`."""
 from __future__ import annotations
 
 import argparse
@@ -182,6 +182,17 @@ def command_scorecard(arguments: argparse.Namespace) -> None:
     _progress(f"{device}: {counts}; wrote {', '.join(path.name for path in written)} into {folder}")
 
 
+def command_sanitize(arguments: argparse.Namespace) -> int:
+    """Run a script under the stream sanitizer; exit status 1 with the report when it finds a race."""
+    from pu1_explorer.sanitizer import sanitize_script
+
+    _progress(f"running {arguments.script} on {arguments.device} under the stream sanitizer")
+    report = sanitize_script(arguments.script, arguments.device)
+    text = json.dumps(report.to_dict(), indent=1) if arguments.format == "json" else report.to_text()
+    _write(text, arguments.output)
+    return 1 if report.races or report.error else 0
+
+
 def command_new(arguments: argparse.Namespace) -> None:
     """Write a new out-of-tree PrivateUse1 backend for device NAME from the vendor template."""
     from pu1_explorer.new_backend import new_backend
@@ -259,6 +270,15 @@ def build_parser() -> argparse.ArgumentParser:
                            help="run only this probe (repeatable; default: all)")
     scorecard.set_defaults(run=command_scorecard)
 
+    sanitize = commands.add_parser("sanitize", parents=[backend],
+                                   help="run a script and report accesses between the device's streams that nothing "
+                                        "orders (exit status 1 when there is one)")
+    sanitize.add_argument("script", help="a .py file (`device` holds --device)")
+    sanitize.add_argument("--device", help="the PrivateUse1 backend's name (the default: the loaded backend)")
+    sanitize.add_argument("--format", choices=("text", "json"), default="text")
+    sanitize.add_argument("-o", "--output")
+    sanitize.set_defaults(run=command_sanitize)
+
     new = commands.add_parser("new", help="create the project of a new out-of-tree PrivateUse1 backend")
     new.add_argument("name", help="the device's name: lowercase letters and underscores, not a name torch uses already")
     new.add_argument("-o", "--output-folder", dest="folder", metavar="FOLDER",
@@ -287,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             arguments.device = check_device(arguments.device)
         if hasattr(torch, "sim") and hasattr(torch.sim, "set_fallback_policy"):
             torch.sim.set_fallback_policy(os.environ["SIM_FALLBACK"])
-        arguments.run(arguments)
+        status = arguments.run(arguments) or 0
     except KeyboardInterrupt:
         print("explorer: interrupted", file=sys.stderr)
         return 130
@@ -296,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pu1-explorer: error: {type(error).__name__}: {message}", file=sys.stderr)
         return 1
     _progress(f"done in {time.perf_counter() - started:.1f} s")
-    return 0
+    return status
 
 
 if __name__ == "__main__":

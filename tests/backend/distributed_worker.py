@@ -146,8 +146,19 @@ def dead_rank(rank: int, world: int) -> dict:
         return {"raised": True, "error": str(error).splitlines()[0]}
 
 
+def sanitized_ddp(rank: int, world: int) -> dict:
+    """The DDP scenario under the explorer's stream sanitizer: what it found besides the scenario's results."""
+    from pu1_explorer.sanitizer import stream_sanitizer
+
+    with stream_sanitizer("sim") as report:
+        results = ddp(rank, world)
+    return {**results, "races": [race.to_text() for race in report.races], "operators": report.operators,
+            "trace_events": report.trace_events}
+
+
 SCENARIOS = {"collectives": (collectives, None), "ddp": (ddp, "simccl"), "fsdp": (fsdp, "simccl"),
-             "dead_rank": (dead_rank, None), "ddp_collected_after_destroy": (ddp_collected_after_destroy, "simccl")}
+             "dead_rank": (dead_rank, None), "ddp_collected_after_destroy": (ddp_collected_after_destroy, "simccl"),
+             "sanitized_ddp": (sanitized_ddp, "simccl")}
 DESTROYS_ITS_GROUP = ("dead_rank", "ddp_collected_after_destroy")
 
 

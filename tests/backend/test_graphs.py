@@ -91,11 +91,13 @@ def captured_training(make_optimizer, data, warm_up: int = 2) -> list[torch.Tens
     static_inputs = torch.empty(4, 8, device="sim")
     static_targets = torch.empty(4, 2, device="sim")
     side = torch.Stream(device="sim")
+    side.wait_stream(torch.sim.current_stream())  # the model's parameters were written on the current stream
     with side:
         for inputs, targets in data[:warm_up]:
             optimizer.zero_grad(set_to_none=True)
             F.mse_loss(model(inputs.to("sim")), targets.to("sim")).backward()
             optimizer.step()
+    torch.sim.current_stream().wait_stream(side)
     optimizer.zero_grad(set_to_none=True)
     graph = torch.accelerator.Graph()
     with side, graph:
@@ -148,9 +150,11 @@ def transformer_training(captured: bool, data, dropout: float) -> list[torch.Ten
         optimizer.step()
 
     side = torch.Stream(device="sim")
+    side.wait_stream(torch.sim.current_stream())
     with side:  # the warm-up step, the same in both runs
         static_inputs.copy_(data[0])
         step()
+    torch.sim.current_stream().wait_stream(side)
     torch.sim.manual_seed(7)  # the draws of the replays start where the eager steps' draws start
     if captured:
         optimizer.zero_grad(set_to_none=True)
@@ -164,8 +168,10 @@ def transformer_training(captured: bool, data, dropout: float) -> list[torch.Ten
         if captured:
             graph.replay()
         else:
+            side.wait_stream(torch.sim.current_stream())
             with side:
                 step()
+            torch.sim.current_stream().wait_stream(side)
     return [p.detach().cpu() for p in layer.parameters()]
 
 
@@ -348,9 +354,11 @@ def test_a_captured_convolution_forward_and_backward_equals_eager():
     conv = nn.Conv2d(3, 4, 3, padding=1).to("sim")
     static_inputs = torch.randn(2, 3, 8, 8, device="sim")
     side = torch.Stream(device="sim")
+    side.wait_stream(torch.sim.current_stream())
     with side:  # the warm-up runs on the stream the capture uses, as autograd requires
         conv(static_inputs).square().sum().backward()
         eager_output, eager_grad = conv(static_inputs).detach().cpu(), conv.weight.grad.cpu()
+    torch.sim.current_stream().wait_stream(side)
     conv.weight.grad = None
     graph = torch.accelerator.Graph()
     with side, graph:

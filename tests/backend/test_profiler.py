@@ -82,6 +82,7 @@ def test_chrome_trace_shows_sim_work_on_a_track_of_its_own(tmp_path):
 def test_kernels_on_another_device_and_stream_get_their_own_trace_rows(tmp_path):
     a = torch.randn(64, 64, device="sim:1")
     side = torch.sim.Stream(device="sim:1")
+    side.wait_stream(torch.sim.current_stream(1))
     with profile(activities=SIM_ACTIVITIES) as prof:
         with torch.sim.stream(side):
             a @ a

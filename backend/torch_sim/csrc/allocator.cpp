@@ -177,8 +177,12 @@ static void* allocate_block(DeviceIndex device, size_t requested) {
     memory.allocation_count += 1;
     memory.allocated_total += static_cast<int64_t>(size);
   }
-  std::lock_guard<std::mutex> lock(g_blocks_mutex);
-  g_blocks.emplace(static_cast<const char*>(ptr), Block{size, requested, device, pool_id, stream, {}});
+  {
+    std::lock_guard<std::mutex> lock(g_blocks_mutex);
+    g_blocks.emplace(static_cast<const char*>(ptr), Block{size, requested, device, pool_id, stream, {}});
+  }
+  // PyTorch's device-trace hook (step 6 turns it on for a listening tool): a block handed out, from the cache or new.
+  tell_gpu_trace([&](auto& trace) { trace->trace_gpu_memory_allocation(kSim, reinterpret_cast<uintptr_t>(ptr)); });
   return ptr;
 }
 
@@ -192,6 +196,7 @@ static bool try_free_block(void* ptr) {
     block = std::move(found->second);
     g_blocks.erase(found);
   }
+  tell_gpu_trace([&](auto& trace) { trace->trace_gpu_memory_deallocation(kSim, reinterpret_cast<uintptr_t>(ptr)); });
   DeviceMemory& memory = *g_memory[block.device];
   std::lock_guard<std::mutex> lock(memory.mutex);
   memory.allocated -= static_cast<int64_t>(block.size);

@@ -73,6 +73,12 @@ struct SimGuardImpl final : c10::impl::DeviceGuardImplInterface {
     dtypes.has_QInt8 = dtypes.has_QUInt8 = dtypes.has_QInt32 = dtypes.has_QUInt4x2 = dtypes.has_QUInt2x4 = false;
     return capability;
   }
+  // The driver's handle of the stream (nullptr for a device's default stream, as CUDA's legacy stream is 0): the
+  // name PyTorch's device-trace hooks give a stream (streams_events.cpp), so tools can match the two.
+  void* getStreamNativeHandle(const c10::Stream stream) const override {
+    SIM_TRACE("guard", "getStreamNativeHandle", c10::str("stream=", stream));
+    return driver_stream(stream);
+  }
   c10::Stream exchangeStream(c10::Stream stream) const override {
     SIM_TRACE("guard", "exchangeStream", c10::str("stream=", stream));
     return exchange_current_stream(stream);

@@ -9,6 +9,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/GPUTrace.h>
 
 #include "simdriver.h"
 
@@ -58,6 +59,20 @@ DeviceIndex exchange_host_redirect(DeviceIndex device);  // -1: no redirect; ret
 c10::impl::DeviceGuardImplInterface& guard_impl();
 
 // ---------------------------------------------------- streams_events.cpp
+// PyTorch's device-trace hooks (c10::impl::GPUTrace), while a tool listens (it has a callback in
+// torch.sim._gpu_trace): `hook` gets the interpreter's trace. Nothing is told, and nothing paid, while no callback
+// is there. A Python error this thread is raising stays pending across the call, which runs Python.
+extern std::atomic<bool> g_gpu_trace_listened;
+template <typename Hook>
+void tell_gpu_trace(Hook&& hook) {
+  if (!g_gpu_trace_listened.load(std::memory_order_relaxed)) return;
+  const c10::impl::PyInterpreter* trace = c10::impl::GPUTrace::get_trace();
+  if (trace != nullptr && Py_IsInitialized()) {
+    pybind11::gil_scoped_acquire gil;
+    pybind11::error_scope raising;
+    hook(*trace);
+  }
+}
 c10::Stream current_stream(c10::Device device);
 c10::Stream exchange_current_stream(c10::Stream stream);
 c10::Stream stream_from_pool(c10::Device device, bool high_priority);

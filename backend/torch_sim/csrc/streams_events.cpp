@@ -9,6 +9,8 @@
 // elapsed_time() is the device's clock between two records.
 #include "sim.h"
 
+#include <torch/csrc/PyInterpreter.h>
+
 #include <chrono>
 #include <mutex>
 #include <thread>
@@ -33,6 +35,21 @@ struct SimEvent {
   bool timing = false;
   DeviceIndex device = -1;  // the device of its first record; -1 while never recorded
 };
+
+// PyTorch's device-trace hooks (tell_gpu_trace): once a tool listens, each new stream, event record, wait and
+// host synchronisation is told to it, as torch.cuda tells PyTorch's CUDA sanitizer. A stream is named by its
+// driver handle (getStreamNativeHandle), an event by its address; the allocator tells its blocks.
+
+static uintptr_t traced(const c10::Stream& stream) { return reinterpret_cast<uintptr_t>(driver_stream(stream)); }
+static uintptr_t traced(const void* event) { return reinterpret_cast<uintptr_t>(event); }
+
+std::atomic<bool> g_gpu_trace_listened{false};
+
+// PyTorch keeps the first interpreter that turns tracing on, for good; sim tells it only while a tool listens.
+static void listen_to_gpu_trace(bool listening) {
+  if (listening) c10::impl::GPUTrace::set_trace(getPyInterpreter());
+  g_gpu_trace_listened = listening;
+}
 
 // Before the step, sim answers as PyTorch's guard interface does for a backend without streams or
 // events (`pytorchs_refusal`, its own sentence, which tests and users' code match), then says why.
@@ -59,8 +76,11 @@ static c10::Stream created_stream(c10::Device device, int priority) {
   driver_call(simStreamCreateWithPriority(&handle, priority), "simStreamCreateWithPriority");
   unsigned long long id = 0;
   driver_call(simStreamGetId(handle, &id), "simStreamGetId");
-  std::lock_guard<std::mutex> lock(g_streams_mutex);
-  g_streams[static_cast<c10::StreamId>(id)] = {handle, device.index()};
+  {
+    std::lock_guard<std::mutex> lock(g_streams_mutex);
+    g_streams[static_cast<c10::StreamId>(id)] = {handle, device.index()};
+  }
+  tell_gpu_trace([&](auto& trace) { trace->trace_gpu_stream_creation(kSim, reinterpret_cast<uintptr_t>(handle)); });
   return c10::Stream(c10::Stream::UNSAFE, device, static_cast<c10::StreamId>(id));
 }
 
@@ -80,6 +100,7 @@ c10::Stream exchange_current_stream(c10::Stream stream) {
 void wait_for_current_stream(DeviceIndex device) {
   if (on_device()) return;  // a kernel runs after the work queued before it
   simStream_t stream = driver_stream(current_stream(c10::Device(kSim, device)));
+  tell_gpu_trace([&](auto& trace) { trace->trace_gpu_stream_synchronization(kSim, reinterpret_cast<uintptr_t>(stream)); });
   HostWait wait;
   driver_call(simStreamSynchronize(stream), "simStreamSynchronize");
 }
@@ -113,12 +134,14 @@ bool query_stream(const c10::Stream& stream) {
 }
 
 void synchronize_stream(const c10::Stream& stream) {
+  tell_gpu_trace([&](auto& trace) { trace->trace_gpu_stream_synchronization(kSim, traced(stream)); });
   HostWait wait;
   driver_call(simStreamSynchronize(driver_stream(stream)), "simStreamSynchronize");
 }
 
 void synchronize_device(DeviceIndex device) {
   driver_call(simSetDevice(device), "simSetDevice");
+  tell_gpu_trace([](auto& trace) { trace->trace_gpu_device_synchronization(kSim); });
   HostWait wait;
   driver_call(simDeviceSynchronize(), "simDeviceSynchronize");
 }
@@ -133,6 +156,7 @@ void record_event(void** event, const c10::Stream& stream, c10::EventFlag flag) 
     if (status != simSuccess) delete created;
     driver_call(status, "simEventCreateWithFlags");
     *event = created;
+    tell_gpu_trace([&](auto& trace) { trace->trace_gpu_event_creation(kSim, traced(created)); });
   }
   auto* sim_event = static_cast<SimEvent*>(*event);
   TORCH_CHECK(sim_event->device < 0 || sim_event->device == stream.device_index(), "Event device ",
@@ -140,12 +164,14 @@ void record_event(void** event, const c10::Stream& stream, c10::EventFlag flag) 
               static_cast<int>(stream.device_index()), ". Record a sim event on streams of one device only.");
   driver_call(simEventRecord(sim_event->handle, handle), "simEventRecord");
   sim_event->device = stream.device_index();
+  tell_gpu_trace([&](auto& trace) { trace->trace_gpu_event_record(kSim, traced(sim_event), traced(stream)); });
 }
 
 void block_on_event(void* event, const c10::Stream& stream) {
   if (event == nullptr) return;  // never recorded: nothing to wait for
   simStream_t handle = driver_stream(stream);
   driver_call(simStreamWaitEvent(handle, static_cast<SimEvent*>(event)->handle, 0), "simStreamWaitEvent");
+  tell_gpu_trace([&](auto& trace) { trace->trace_gpu_event_wait(kSim, traced(event), traced(stream)); });
 }
 
 bool query_event(void* event) {
@@ -158,6 +184,7 @@ bool query_event(void* event) {
 
 void synchronize_event(void* event) {
   if (event == nullptr) return;
+  tell_gpu_trace([&](auto& trace) { trace->trace_gpu_event_synchronization(kSim, traced(event)); });
   HostWait wait;
   driver_call(simEventSynchronize(static_cast<SimEvent*>(event)->handle), "simEventSynchronize");
 }
@@ -165,6 +192,7 @@ void synchronize_event(void* event) {
 void destroy_event(void* event) noexcept {
   auto* sim_event = static_cast<SimEvent*>(event);
   if (sim_event == nullptr) return;
+  tell_gpu_trace([&](auto& trace) { trace->trace_gpu_event_deletion(kSim, traced(sim_event)); });
   simEventDestroy(sim_event->handle);  // fails only when the driver is gone (exit, a forked child): nothing to free
   delete sim_event;
 }
@@ -217,6 +245,7 @@ static void install_streams_events() {
 
 void bind_streams_events(pybind11::module& module) {
   module.def("install_streams_events", &install_streams_events);
+  module.def("listen_to_gpu_trace", &listen_to_gpu_trace, pybind11::arg("listening"));
   module.def("device_sleep", &device_sleep, pybind11::call_guard<pybind11::gil_scoped_release>());
   module.def("synchronize_device", [](int64_t device) { synchronize_device(checked(device)); },
              pybind11::call_guard<pybind11::gil_scoped_release>());

@@ -11,8 +11,9 @@ from pu1_explorer.widgets.graphs import graph_figure, replay_comparison_figure, 
 from pu1_explorer.widgets.guide import GuideStepper, guide_step
 from pu1_explorer.widgets.keyset import KeySetView
 from pu1_explorer.widgets.monitors import FallbackMonitor, MemoryMonitor
+from pu1_explorer.widgets.sanitizer import stream_races_figure
 from pu1_explorer.widgets.scorecard import ScorecardView
 
 __all__ = ["CallPathView", "CoverageExplorer", "DispatchTable", "DispatchVisualizer", "FallbackMonitor",
            "GuideStepper", "KeySetView", "MemoryMonitor", "ScorecardView", "call_path", "graph_figure", "guide_step",
-           "replay_comparison_figure", "replay_traces_figure", "setup_notebook", "static_mode"]
+           "replay_comparison_figure", "replay_traces_figure", "setup_notebook", "static_mode", "stream_races_figure"]

@@ -82,6 +82,7 @@ class Access:
     order: int
     user_line: SourceLine | None
     stack: list[SourceLine] = field(repr=False)
+    in_backward: bool = False  # run by a backward pass: the lines are those of the forward operator
 
     @property
     def stream_name(self) -> str:
@@ -127,8 +128,9 @@ class Race:
         for label, access in (("this access", self.access), ("the earlier access", self.previous)):
             line = access.user_line
             where = f"\n  {line}" if line else " (no Python frames: an operator run by autograd's device thread)"
+            backward = ", in the backward pass of the operator called at" if access.in_backward and line else ""
             parts.append(f"{label}: {access.kind} by {access.operator} (argument {access.argument!r}) on "
-                         f"{access.stream_name}{where}")
+                         f"{access.stream_name}{backward}{where}")
         if self.allocated_at:
             parts.append(f"allocated at:\n  {self.allocated_at}")
         return "\n".join(parts)
@@ -243,11 +245,11 @@ class _Analysis:
         self.shown: set[tuple[int, int, int]] = set()
 
     def run(self, records: list[tuple]) -> SanitizerReport:
-        for order, kind, operator, stream, stream_id, first, second, accesses, frames, thread in records:
+        for order, kind, operator, stream, stream_id, first, second, accesses, frames, thread, backward in records:
             stack = _stack(frames)
             if kind == "kernel":
                 self.report.operators += 1
-                self.kernel(order, operator, stream, stream_id, accesses, stack, thread)
+                self.kernel(order, operator, stream, stream_id, accesses, stack, thread, backward)
                 continue
             self.report.trace_events[kind] = self.report.trace_events.get(kind, 0) + 1
             if kind == "captured":
@@ -299,7 +301,7 @@ class _Analysis:
             self.freed[address] = pending
 
     def kernel(self, order: int, operator: str, stream: int, stream_id: int, accesses: list[tuple],
-               stack: list[SourceLine], thread: int) -> None:
+               stack: list[SourceLine], thread: int, in_backward: bool) -> None:
         self.order.launched(stream, order)
         user_line = self.user_line(stack)
         writes = sum(1 for access in accesses if access[1])
@@ -311,7 +313,7 @@ class _Analysis:
                 memory.owner = stream
             tensor = TensorInfo(list(shape), dtype, f"{self.report.device}:{device}")
             access = Access("write" if write else "read", operator, argument, tensor, stream, stream_id, thread,
-                            order, user_line, stack)
+                            order, user_line, stack, in_backward)
             unordered = [earlier for earlier in memory.before_reuse if not self.order.ordered_after(stream, earlier)]
             for earlier in unordered:
                 self.found(REUSED, address, tensor, access, earlier, memory)
@@ -459,7 +461,7 @@ def stream_sanitizer(device: str | torch.device | None = None) -> Iterator[Sanit
 
 def analyze(records: list[tuple], device: str, library_folders: tuple[str, ...] = _LIBRARY_FOLDERS) -> SanitizerReport:
     """The races in a recording: the native recorder's tuples (order, kind, operator, stream, stream_id, first,
-    second, accesses, frames, thread), in order. Frames under `library_folders` are not the user's lines."""
+    second, accesses, frames, thread, in_backward), in order. Frames under `library_folders` are not the user's lines."""
     return _Analysis(device, library_folders).run(records)
 
 

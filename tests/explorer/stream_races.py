@@ -67,10 +67,33 @@ def read_the_result_before_its_stream_finished(device: str, fixed: bool) -> floa
     return result.sum().item()
 
 
+def backward_reads_a_gradient_another_stream_writes(device: str, fixed: bool) -> float:
+    """The gradient handed to backward() is copied in on a side stream; the backward pass, on the current stream,
+    reads it without a wait (the race is in an operator of the backward pass, not of the user's code)."""
+    module = torch.get_device_module(device)
+    warm = torch.ones(SIZE, device=device)  # the first backward pass starts autograd's device thread: not this one
+    (warm.requires_grad_() * 2).backward(warm)
+    ones = torch.ones(SIZE).pin_memory()
+    side = module.Stream()
+    weight = torch.ones(SIZE, device=device, requires_grad=True)
+    doubled = weight * 2
+    gradient = torch.zeros(SIZE, device=device)
+    side.wait_stream(module.current_stream())
+    with module.stream(side):
+        module.device_sleep(SLOW_MS)
+        gradient.copy_(ones, non_blocking=True)
+    if fixed:
+        module.current_stream().wait_stream(side)
+    doubled.backward(gradient)
+    return weight.grad.sum().item()
+
+
 RACES = {function.__name__: function for function in (read_while_another_stream_writes, reuse_without_record_stream,
-                                                       read_the_result_before_its_stream_finished)}
+                                                       read_the_result_before_its_stream_finished,
+                                                       backward_reads_a_gradient_another_stream_writes)}
 RIGHT_ANSWERS = {"read_while_another_stream_writes": 2.0 * SIZE, "reuse_without_record_stream": 0.0,
-                 "read_the_result_before_its_stream_finished": 3.0 * SIZE}
+                 "read_the_result_before_its_stream_finished": 3.0 * SIZE,
+                 "backward_reads_a_gradient_another_stream_writes": 2.0 * SIZE}
 
 if __name__ == "__main__":
     name = os.environ.get("STREAM_RACE", "read_while_another_stream_writes")

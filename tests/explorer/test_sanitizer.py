@@ -30,6 +30,9 @@ EXPECTED = {
                                     "x.copy_(ones, non_blocking=True)"),
     "read_the_result_before_its_stream_finished": (UNSYNCHRONIZED, "return result.sum().item()",
                                                    "result = x * 3"),
+    # an operator of the backward pass: the report gives the line of the forward operator it differentiates
+    "backward_reads_a_gradient_another_stream_writes": (UNSYNCHRONIZED, "doubled = weight * 2",
+                                                        "gradient.copy_(ones, non_blocking=True)"),
 }
 
 
@@ -59,6 +62,7 @@ def test_a_race_gives_a_wrong_answer_and_is_found_at_both_lines_and_its_fix_is_r
     assert found.access.user_line.line == line_in(race, this_statement)
     assert found.previous.user_line.line == line_in(race, earlier_statement)
     assert found.access.user_line.file == str(RACES) and found.access.user_line.text == this_statement
+    assert found.access.in_backward == name.startswith("backward")
     assert found.access.stream != found.previous.stream and found.access.stream_id != found.previous.stream_id
     assert (found.tensor.shape, found.tensor.dtype, found.tensor.device) == ([stream_races.SIZE], "Float", "sim:0")
     assert found.allocated_at is not None and found.allocated_at.file == str(RACES)

@@ -15,7 +15,7 @@ class Recording:
     def add(self, kind: str, stream: int = 0, first: int = 0, second: int = 0, operator: str = "",
             accesses: list[tuple] = ()) -> "Recording":
         self.records.append((len(self.records), kind, operator, stream, stream, first, second, list(accesses),
-                             [("user.py", len(self.records) + 1, "main")], 0))
+                             [("user.py", len(self.records) + 1, "main")], 0, False))
         return self
 
     def kernel(self, stream: int, read: tuple[int, ...] = (), write: tuple[int, ...] = (),
@@ -146,3 +146,35 @@ def test_the_race_names_the_user_lines_of_both_accesses():
     assert (race.previous.operator, race.previous.user_line.line) == ("aten::mul", 1)
     assert (race.access.operator, race.access.user_line.line) == ("aten::add", 2)
     assert 'File "user.py", line 2, in main' in race.to_text() and "stream 2 reads" in race.to_text()
+
+
+def recorded_accesses(work) -> list[tuple[str, list[tuple[str, bool]]]]:
+    """(operator, [(argument, written), ...]) of each kernel record the native recorder makes while `work` runs."""
+    import torch  # noqa: F401  (the backend autoloads with torch)
+
+    from pu1_explorer.boxed import native_helper
+
+    recorder = native_helper().AccessRecorder()
+    recorder.start()
+    try:
+        work()
+    finally:
+        recorder.stop()
+    return [(record[2], [(access[2], access[1]) for access in record[7]])
+            for record in recorder.take() if record[1] == "kernel"]
+
+
+def test_the_recorder_reads_inputs_and_writes_outputs_as_the_schema_says():
+    """PyTorch's CUDA sanitizer's argument cases (TestArgumentHandler: add, in place, out=, a view, factories)."""
+    import torch
+
+    a, b, c = (torch.ones(4, device="sim") for _ in range(3))
+    assert recorded_accesses(lambda: torch.add(a, b)) == [("aten::add.Tensor", [("self", False), ("other", False)]),
+                                                         ("aten::add.Tensor", [("result", True)])]
+    assert recorded_accesses(lambda: a.add_(b)) == [("aten::add_.Tensor", [("self", True), ("other", False)])]
+    assert recorded_accesses(lambda: torch.add(a, b, out=c)) == [
+        ("aten::add.out", [("self", False), ("other", False), ("out", True)])]
+    assert recorded_accesses(lambda: a.view(2, 2)) == []
+    assert recorded_accesses(lambda: torch.empty_like(a)) == []
+    assert recorded_accesses(lambda: torch.zeros_like(a))[-1] == ("aten::zeros_like", [("result", True)])
+    assert recorded_accesses(lambda: torch.ones(3).add(1)) == []  # the CPU's memory is not the backend's

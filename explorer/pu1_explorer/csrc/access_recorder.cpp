@@ -6,6 +6,8 @@
 // Operators are observed with a global RecordFunction callback, PyTorch's own observer interface,
 // which sees every operator called on any thread (autograd's device threads too) with its inputs
 // and outputs. Memory is named by its storage's address, so views of one tensor are one memory.
+// An operator that runs in a backward pass gets the Python lines of the forward operator whose
+// autograd node it computes (the two share a sequence number, as the profiler links them).
 #include <torch/extension.h>
 
 #include <ATen/record_function.h>
@@ -15,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace py = pybind11;
@@ -73,9 +76,13 @@ struct Entry {
   uintptr_t second = 0;
   std::vector<Access> accesses;
   std::shared_ptr<Frames> frames;
+  bool in_backward = false;  // frames are then those of the forward operator of the node being computed
   int thread = 0;
   uint64_t order = 0;
 };
+
+// The autograd nodes this thread is computing, innermost last, by sequence number.
+thread_local std::vector<int64_t> t_backward_nodes;
 
 int thread_number() {
   static std::atomic<int> next{0};
@@ -125,6 +132,8 @@ uintptr_t native_handle(const c10::Stream& stream, bool& named_by_id) {
 }
 
 struct Call : at::ObserverContext {
+  bool backward_node = false;  // a BACKWARD_FUNCTION record: its end leaves the node
+  int64_t sequence_number = -1;
   Entry inputs;
   bool metadata_factory = false;
   bool writes_nothing = false;
@@ -149,7 +158,7 @@ class Recorder {
     handle_ = at::addGlobalCallback(at::RecordFunctionCallback(&Recorder::on_start, &Recorder::on_end)
                                         .needsInputs(true)
                                         .needsOutputs(true)
-                                        .scopes({at::RecordScope::FUNCTION}));
+                                        .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
   }
 
   void stop() {
@@ -176,9 +185,11 @@ class Recorder {
   // Everything recorded so far, in order, as plain tuples; the buffer is emptied.
   py::list take() {
     std::vector<Entry> taken;
+    std::unordered_map<int64_t, std::shared_ptr<Frames>> forward_frames;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       taken.swap(entries_);
+      forward_frames.swap(forward_frames_);
     }
     py::list result;
     for (const Entry& entry : taken) {
@@ -193,7 +204,7 @@ class Recorder {
                                        py::reinterpret_borrow<py::object>(code->co_name)));
       }
       result.append(py::make_tuple(entry.order, entry.kind, entry.operator_name, entry.stream, entry.stream_id,
-                                   entry.first, entry.second, accesses, frames, entry.thread));
+                                   entry.first, entry.second, accesses, frames, entry.thread, entry.in_backward));
     }
     return result;
   }
@@ -225,16 +236,38 @@ class Recorder {
     // A capturing stream records the kernel into a graph: it runs at each replay, which no operator call shows.
     if (guard.isStreamCapturing(stream)) entry.kind = "captured";
     if (named_by_id) named_by_id_ = true;
-    if (!call.inputs.frames) call.inputs.frames = python_frames();
+    if (!call.inputs.frames) {
+      if (!t_backward_nodes.empty()) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        auto forward = forward_frames_.find(t_backward_nodes.back());
+        if (forward != forward_frames_.end()) {
+          call.inputs.frames = forward->second;
+          call.inputs.in_backward = true;
+        }
+      }
+      if (!call.inputs.frames) call.inputs.frames = python_frames();
+      if (t_backward_nodes.empty() && call.sequence_number >= 0) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        forward_frames_[call.sequence_number] = call.inputs.frames;
+      }
+    }
     entry.frames = call.inputs.frames;
+    entry.in_backward = call.inputs.in_backward;
   }
 
   static std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& function) {
     Recorder* self = g_recording.load();
     if (self == nullptr) return nullptr;
+    if (function.scope() == at::RecordScope::BACKWARD_FUNCTION) {
+      t_backward_nodes.push_back(function.seqNr());
+      auto node = std::make_unique<Call>();
+      node->backward_node = true;
+      return node;
+    }
     const auto schema = function.operator_schema();
     if (!schema) return nullptr;
     auto call = std::make_unique<Call>();
+    call->sequence_number = function.seqNr();
     Entry& entry = call->inputs;
     entry.kind = "kernel";
     entry.operator_name = c10::toString(schema->operator_name());
@@ -269,8 +302,12 @@ class Recorder {
   }
 
   static void on_end(const at::RecordFunction& function, at::ObserverContext* context) {
-    Recorder* self = g_recording.load();
     auto* call = static_cast<Call*>(context);
+    if (call != nullptr && call->backward_node) {
+      if (!t_backward_nodes.empty()) t_backward_nodes.pop_back();
+      return;
+    }
+    Recorder* self = g_recording.load();
     if (self == nullptr || call == nullptr) return;
     const auto schema = function.operator_schema();
     if (!schema) return;
@@ -293,6 +330,7 @@ class Recorder {
   at::CallbackHandle handle_ = 0;
   std::mutex mutex_;
   std::vector<Entry> entries_;
+  std::unordered_map<int64_t, std::shared_ptr<Frames>> forward_frames_;  // by autograd sequence number
   uint64_t next_order_ = 0;
   std::atomic<bool> named_by_id_{false};
 };
@@ -310,6 +348,6 @@ void bind_access_recorder(py::module& module) {
       .def("streams_named_by_id", &Recorder::streams_named_by_id,
            "Whether the backend gave no native stream handles, so operators' streams are named by id.")
       .def("take", &Recorder::take,
-           "The records so far as (order, kind, operator, stream, stream_id, first, second, accesses, frames, thread);"
-           " emptied.");
+           "The records so far as (order, kind, operator, stream, stream_id, first, second, accesses, frames, thread,"
+           " in_backward); emptied.");
 }

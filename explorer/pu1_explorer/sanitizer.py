@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import linecache
 import os
+import textwrap
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -46,6 +47,7 @@ TRACE_REGISTRIES: dict[str, str] = {
     "StreamSynchronizationCallbacks": "stream_synchronization",
     "EventSynchronizationCallbacks": "event_synchronization",
 }
+TEXT_WIDTH = 72  # a report's lines wrap at words, so that pages and terminals never break one mid-word
 UNSYNCHRONIZED = "unsynchronized access"
 REUSED = "reuse without record_stream"
 # Frames of these folders are PyTorch's or the explorer's, not the user's code (nor are the backend's own).
@@ -114,7 +116,8 @@ class Race:
     previous: Access
     allocated_at: SourceLine | None
 
-    def to_text(self) -> str:
+    def to_text(self, label: str = "") -> str:
+        """The race in words, its first line starting with `label` (the report numbers its races)."""
         tensor = _described(self.tensor)
         if self.kind == REUSED:
             head = (f"memory reused while another stream may still use it: a {_described(self.previous.tensor)} "
@@ -124,13 +127,14 @@ class Race:
             head = (f"unsynchronized access: {self.access.stream_name} {self.access.kind}s a {tensor} that "
                     f"{self.previous.stream_name} {_past(self.previous.kind)}, with no event wait, wait_stream or "
                     "synchronisation between the two")
-        parts = [head]
+        parts = [textwrap.fill(label + head, TEXT_WIDTH)]
         for label, access in (("this access", self.access), ("the earlier access", self.previous)):
             line = access.user_line
             where = f"\n  {line}" if line else " (no Python frames: an operator run by autograd's device thread)"
             backward = ", in the backward pass of the operator called at" if access.in_backward and line else ""
-            parts.append(f"{label}: {access.kind} by {access.operator} (argument {access.argument!r}) on "
-                         f"{access.stream_name}{backward}{where}")
+            said = textwrap.fill(f"{label}: {access.kind} by {access.operator} (argument {access.argument!r}) on "
+                                 f"{access.stream_name}{backward}", TEXT_WIDTH)
+            parts.append(f"{said}{where}")
         if self.allocated_at:
             parts.append(f"allocated at:\n  {self.allocated_at}")
         return "\n".join(parts)
@@ -161,9 +165,9 @@ class SanitizerReport:
 
     def to_text(self) -> str:
         events = ", ".join(f"{count} {name.replace('_', ' ')}" for name, count in sorted(self.trace_events.items()))
-        summary = (f"stream sanitizer on {self.device}: {len(self.races)} race(s) in {self.operators} operator "
-                   f"call(s); trace events: {events or 'none'}")
-        parts = [summary] + [f"race {number}: {race.to_text()}" for number, race in enumerate(self.races, 1)]
+        summary = (f"stream sanitizer on {self.device}: {len(self.races)} race(s) in {self.operators} operator call(s)\n"
+                   + textwrap.fill(f"trace events: {events or 'none'}", TEXT_WIDTH, subsequent_indent="  "))
+        parts = [summary] + [race.to_text(f"race {number}: ") for number, race in enumerate(self.races, 1)]
         if self.error:
             parts.append(f"the script raised {self.error}")
         return "\n\n".join(parts)

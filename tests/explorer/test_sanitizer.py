@@ -142,6 +142,18 @@ def test_one_sanitizer_at_a_time_and_the_first_still_reports():
     assert len(outer.races) == 1
 
 
+def test_an_error_a_kernel_raises_keeps_its_type_while_the_trace_hooks_fire():
+    """Memory is freed, and the allocator's trace hook runs Python, while the error unwinds: sim keeps the error
+    pending across the hook instead of letting PyTorch's interpreter turn it into a SystemError."""
+    x = torch.zeros(3, device="sim")
+    with stream_sanitizer("sim") as report:
+        with pytest.raises(IndexError, match="out of bounds"):
+            x[torch.tensor([5], device="sim")]
+        with pytest.raises(RuntimeError, match="needs a tensor of one element, got 2 elements"):
+            torch._assert_async(torch.ones(2, device="sim"))
+    assert report.clean and report.trace_events["memory_deallocation"] >= 1
+
+
 def test_nothing_is_recorded_once_the_block_ended():
     with stream_sanitizer("sim") as report:
         torch.ones(4, device="sim").sum().item()

@@ -12,7 +12,7 @@ PORT ?= 8000
 # the next set-up. setup.py makes the cache ignore which folder the sources are in.
 WITH_CCACHE := PATH=/usr/lib/ccache:$$PATH
 
-.PHONY: setup ccache browser demo docs serve lab test test-full benchmark clean
+.PHONY: setup ccache browser demo docs serve lab test test-full benchmark demand clean
 
 setup: ccache $(VENV)/.installed
 
@@ -73,6 +73,11 @@ test: setup browser
 
 test-full: setup browser
 	SIM_FULL_OPINFO=1 $(PYTHON) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup tests
+
+# Measures which ATen overloads the zoo's models reach on sim (pu1_explorer/zoo.py) into the explorer's package data,
+# which `pu1-explorer next-kernels` ranks missing kernels by. Run it after a change of torch, transformers or the zoo.
+demand: setup
+	$(PYTHON) -m pu1_explorer demand --device sim -o explorer/pu1_explorer/demand.json
 
 benchmark: setup
 	$(PYTHON) benchmarks/backend_speed.py

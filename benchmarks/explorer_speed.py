@@ -1,4 +1,5 @@
-"""Speed of the explorer engine: classification, entering the tracer, tracing overhead, exporting.
+"""Speed of the explorer engine: classification, entering the tracer, tracing overhead, exporting, and the coverage
+and ranking commands as users run them (each a fresh process, the commands taking turns).
 
 Run: `make benchmark` (or `python benchmarks/explorer_speed.py` in the project's virtualenv).
 Figures are medians of several repeats, measured in this run.
@@ -6,6 +7,10 @@ Figures are medians of several repeats, measured in this run.
 from __future__ import annotations
 
 import json
+import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 import torch
@@ -55,7 +60,32 @@ def main() -> int:
     }
     for name, export in exports.items():
         print(f"exporting a 10,000-hop trace as {name}: {median_seconds(export):.3f} s (target <= 1 s)")
+    commands()
     return 0
+
+
+COMMANDS = {
+    "coverage --device sim": ["coverage", "--device", "sim", "--format", "json"],
+    "coverage --device sim --against cuda": ["coverage", "--device", "sim", "--against", "cuda", "--format", "json"],
+    "next-kernels --device sim (the shipped demand)": ["next-kernels", "--device", "sim", "--format", "json"],
+}
+
+
+def commands(rounds: int = 3) -> None:
+    """Each command in a fresh process, the commands taking turns round by round; medians of the wall times."""
+    times: dict[str, list[float]] = {name: [] for name in COMMANDS}
+    with tempfile.TemporaryDirectory() as folder:
+        for _ in range(rounds):
+            for name, arguments in COMMANDS.items():
+                started = time.perf_counter()
+                subprocess.run([sys.executable, "-m", "pu1_explorer", *arguments, "-o", f"{folder}/out"], check=True,
+                               capture_output=True)
+                times[name].append(time.perf_counter() - started)
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    plain = medians["coverage --device sim"]
+    for name, value in medians.items():
+        print(f"pu1-explorer {name}: {value:.2f} s in a fresh process ({value / plain:.2f}x coverage; targets: "
+              "--against within 2x coverage, next-kernels <= 10 s)")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from typing import Any
 _EXPORTS = {
     **dict.fromkeys(("CoverageChange", "CoverageRow", "CoverageSnapshot", "coverage", "diff"), "op_coverage"),
     **dict.fromkeys(("AgainstReport", "Baseline", "against", "baseline"), "baselines"),
+    **dict.fromkeys(("Demand", "KernelNeed", "NextKernels", "measure", "next_kernels"), "demand"),
     **dict.fromkeys(("DEFAULT_KEYS", "KERNEL_KINDS", "KernelEntry", "UnknownOperatorError", "all_operators",
                      "computed_table", "dispatch_table", "resolve_operator"), "dispatch_tables"),
     **dict.fromkeys(("GraphDump", "GraphDumpError", "compare_replay_with_eager", "read_graph_dump"), "graphs"),

@@ -1,4 +1,5 @@
-"""Command line: `python -m pu1_explorer coverage|trace|table|report|scorecard|sanitize|new ...`; see `--help`."""
+"""Command line: `python -m pu1_explorer coverage|demand|next-kernels|trace|table|report|scorecard|sanitize|new ...`;
+see `--help`."""
 from __future__ import annotations
 
 import argparse
@@ -65,6 +66,51 @@ def command_coverage(arguments: argparse.Namespace) -> None:
     else:
         text = snapshot.to_markdown(core_only=arguments.core)
     _write(text, arguments.output)
+
+
+def command_demand(arguments: argparse.Namespace) -> None:
+    """Measure which overloads the zoo's models (and the given workload scripts) reach on the device."""
+    from pu1_explorer.demand import measure
+    from pu1_explorer.zoo import zoo_model
+
+    for name in arguments.models or []:
+        zoo_model(name)
+    command = "pu1-explorer " + " ".join(arguments.argv)
+    _progress(f"running the zoo{' and ' + str(len(arguments.workloads)) + ' workload(s)' if arguments.workloads else ''}"
+              f" on {arguments.device} under the operator counter")
+    demand = measure(arguments.device, arguments.models, arguments.workloads, zoo=not arguments.no_zoo,
+                     command=command.strip(), progress=_progress)
+    _write(demand.to_json() if arguments.format == "json" else demand.to_markdown(), arguments.output)
+
+
+def command_next_kernels(arguments: argparse.Namespace) -> None:
+    """The device's missing kernels, ranked by the demand of the zoo and of the given workload scripts."""
+    from pu1_explorer.demand import check_top, demand_from_json, measure_script, next_kernels, shipped
+    from pu1_explorer.op_coverage import coverage
+
+    check_top(arguments.top)
+    if arguments.demand:
+        if not Path(arguments.demand).is_file():
+            raise FileNotFoundError(f"--demand {arguments.demand}: no such file")
+        demand = demand_from_json(Path(arguments.demand).read_text(), arguments.demand)
+    else:
+        demand = shipped()
+    if arguments.workloads:
+        _progress(f"measuring {len(arguments.workloads)} workload(s) on {arguments.device}")
+        demand = demand.with_runs(measure_script(path, arguments.device) for path in arguments.workloads)
+    _progress(f"classifying every ATen overload for {arguments.device}")
+    snapshot = coverage(_backend_key(arguments.device), label=arguments.device)
+    ranked = next_kernels(snapshot, demand, arguments.top)
+    text = {"md": ranked.to_markdown, "csv": ranked.to_csv, "json": ranked.to_json}[arguments.format]()
+    _write(text, arguments.output)
+
+
+def check_workload_files(paths: list[str]) -> None:
+    """Refuse a workload that is not an existing .py file before anything runs."""
+    for path in paths:
+        if not path.endswith(".py") or not Path(path).is_file():
+            raise FileNotFoundError(f"--workload {path}: no such .py file; give a script that runs your model on "
+                                    "`device`")
 
 
 def _core_csv(snapshot) -> str:
@@ -225,6 +271,33 @@ def build_parser() -> argparse.ArgumentParser:
     coverage.add_argument("-o", "--output")
     coverage.set_defaults(run=command_coverage)
 
+    workload_help = ("a .py script that runs your model once on the device named by its global `device` "
+                     "(repeatable); its operators join the ranking")
+    demand = commands.add_parser("demand", parents=[backend],
+                                 help="measure which ATen overloads real models reach on a device (the zoo: "
+                                      "transformers models and torch.nn layers; with your scripts)")
+    demand.add_argument("--device", help=DEVICE_HELP)
+    demand.add_argument("--model", dest="models", action="append", metavar="NAME",
+                        help="only this zoo model (repeatable; default: all of them)")
+    demand.add_argument("--no-zoo", action="store_true", help="only the --workload scripts")
+    demand.add_argument("--workload", dest="workloads", action="append", default=[], metavar="FILE",
+                        help=workload_help)
+    demand.add_argument("--format", choices=("json", "md"), default="json")
+    demand.add_argument("-o", "--output")
+    demand.set_defaults(run=command_demand)
+
+    next_kernels = commands.add_parser("next-kernels", parents=[backend],
+                                       help="the kernels a backend lacks, ranked by how many real models need them")
+    next_kernels.add_argument("--device", help=DEVICE_HELP)
+    next_kernels.add_argument("--top", type=int, default=20, metavar="N", help="how many to list (default 20)")
+    next_kernels.add_argument("--workload", dest="workloads", action="append", default=[], metavar="FILE",
+                              help=workload_help)
+    next_kernels.add_argument("--demand", metavar="FILE",
+                              help="demand data written by `pu1-explorer demand` (default: the zoo's, shipped)")
+    next_kernels.add_argument("--format", choices=("md", "csv", "json"), default="md")
+    next_kernels.add_argument("-o", "--output")
+    next_kernels.set_defaults(run=command_next_kernels)
+
     trace = commands.add_parser("trace", help="trace the dispatcher hops of a script or an expression",
                                 parents=[backend])
     trace.add_argument("target", help="a .py file, or Python statements (`device` holds --device)")
@@ -290,6 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     arguments = parser.parse_args(argv)
+    arguments.argv = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("SIM_FALLBACK", "silent")
     started = time.perf_counter()
     try:
@@ -298,6 +372,9 @@ def main(argv: list[str] | None = None) -> int:
             from pu1_explorer.report import check_workloads
 
             check_workloads(arguments.workload)
+        check_workload_files(getattr(arguments, "workloads", []))
+        if getattr(arguments, "no_zoo", False) and not arguments.workloads:
+            raise ValueError("--no-zoo measures only --workload scripts: give at least one")
         import torch
 
         from pu1_explorer.devices import check_device, import_backends

@@ -88,7 +88,12 @@ class Access:
 
     @property
     def stream_name(self) -> str:
-        return "the default stream" if self.stream_id == 0 else f"stream {self.stream_id}"
+        return stream_name(self.stream_id)
+
+
+def stream_name(stream_id: int) -> str:
+    """A stream as users know it: PyTorch's id, 0 being the default stream."""
+    return "the default stream" if stream_id == 0 else f"stream {stream_id}"
 
 
 @dataclass
@@ -104,7 +109,7 @@ class OperatorCall:
 
     @property
     def stream_name(self) -> str:
-        return "the default stream" if self.stream_id == 0 else f"stream {self.stream_id}"
+        return stream_name(self.stream_id)
 
 
 @dataclass
@@ -156,6 +161,7 @@ class SanitizerReport:
     operators: int = 0
     calls: list[OperatorCall] = field(default_factory=list, repr=False)  # in order, for a timeline
     trace_events: dict[str, int] = field(default_factory=dict)
+    captured: int = 0  # operator calls recorded into a graph while a stream captured: a replay runs them
     finished: bool = False
     error: str | None = None  # what the sanitized script raised, in one line
 
@@ -167,6 +173,9 @@ class SanitizerReport:
         events = ", ".join(f"{count} {name.replace('_', ' ')}" for name, count in sorted(self.trace_events.items()))
         summary = (f"stream sanitizer on {self.device}: {len(self.races)} race(s) in {self.operators} operator call(s)\n"
                    + textwrap.fill(f"trace events: {events or 'none'}", TEXT_WIDTH, subsequent_indent="  "))
+        if self.captured:
+            summary += (f"\n{self.captured} operator call(s) captured into a graph, not checked: a replay runs "
+                        "them")
         parts = [summary] + [race.to_text(f"race {number}: ") for number, race in enumerate(self.races, 1)]
         if self.error:
             parts.append(f"the script raised {self.error}")
@@ -255,9 +264,10 @@ class _Analysis:
                 self.report.operators += 1
                 self.kernel(order, operator, stream, stream_id, accesses, stack, thread, backward)
                 continue
-            self.report.trace_events[kind] = self.report.trace_events.get(kind, 0) + 1
             if kind == "captured":
-                continue  # recorded into a graph, not run: a replay runs it, which no operator call shows
+                self.report.captured += 1  # recorded into a graph, not run: a replay runs it, which no call shows
+                continue
+            self.report.trace_events[kind] = self.report.trace_events.get(kind, 0) + 1
             if kind == "record_stream":
                 self.memory_of(first, stack).recorded.add(second)
             elif kind == "event_record":
@@ -478,7 +488,7 @@ def _finish(report: SanitizerReport, recorder: Any) -> None:
             "to the streams operators ran on; implement it in the backend's guard (guide page 3)")
     finished = analyze(recorder.take(), name, _LIBRARY_FOLDERS + _backend_folders(name))
     report.races, report.operators, report.calls = finished.races, finished.operators, finished.calls
-    report.trace_events, report.finished = finished.trace_events, True
+    report.trace_events, report.captured, report.finished = finished.trace_events, finished.captured, True
 
 
 def sanitize_script(script: str | os.PathLike, device: str | None = None) -> SanitizerReport:

@@ -311,3 +311,16 @@ def test_the_build_of_make_setup_is_reused_only_while_newer_than_the_template(tm
     assert build_vendor_backend(tmp_path / "run", reuse=setup_library.parents[1]) == setup_library.parents[1]
     os.utime(setup_library, (0, 0))  # older than the template
     assert build_vendor_backend(tmp_path / "run", reuse=setup_library.parents[1]) == own
+
+
+def test_next_kernels_ranks_the_generated_backends_missing_kernels_by_the_zoos_demand(vendor_backend, tmp_path):
+    """A backend the ranking was not tuned on: each kernel it lists is one the generated backend runs on the CPU
+    fallback, that the zoo's models reach."""
+    result = subprocess.run([sys.executable, "-m", "pu1_explorer", "next-kernels", "--import", "torch_mydev",
+                             "--top", "10", "--format", "json"], capture_output=True, text=True, timeout=600,
+                            cwd=tmp_path, env={**os.environ, **vendor_backend})
+    assert result.returncode == 0, result.stderr
+    ranked = json.loads(result.stdout)
+    assert ranked["label"] == DEVICE and len(ranked["needs"]) == 10 and ranked["missing"] >= 10
+    assert all(need["today"] == "falls back to the CPU" for need in ranked["needs"])
+    assert set(ranked["needs"][0]["models"]) == set(ranked["models"])  # the first is one every model of the zoo needs

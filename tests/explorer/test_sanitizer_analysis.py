@@ -30,8 +30,11 @@ class Recording:
     def wait(self, event: int, stream: int) -> "Recording":
         return self.add("event_wait", stream, event, stream)
 
+    def report(self):
+        return analyze(self.records, "sim")
+
     def races(self) -> list:
-        return analyze(self.records, "sim").races
+        return self.report().races
 
 
 def test_accesses_on_one_stream_never_race():
@@ -136,9 +139,12 @@ def test_reuse_after_the_owner_waited_for_the_other_stream_is_safe():
     assert recording.races() == []
 
 
-def test_operators_captured_into_a_graph_are_not_accesses():
+def test_operators_captured_into_a_graph_are_not_accesses_and_are_counted_apart():
     recording = Recording().kernel(1, write=(10,)).add("captured", 2, accesses=[(10, False, "self", (4,), "Float", 0)])
     assert recording.races() == []
+    report = recording.report()
+    assert (report.captured, report.operators, report.trace_events) == (1, 1, {})
+    assert "1 operator call(s) captured into a graph" in report.to_text()
 
 
 def test_the_race_names_the_user_lines_of_both_accesses():

@@ -1,7 +1,7 @@
 // Native helpers of the explorer engine: the wrapped-number helper, the stream sanitizer's access
-// recorder (access_recorder.cpp), and the native hop recorder of the tracer (boxed kernels that
-// record each dispatcher hop into a C++ buffer and call the kernel that was computed for that key
-// before).
+// recorder (access_recorder.cpp), demand's operator counter (operator_counter.cpp), and the native
+// hop recorder of the tracer (boxed kernels that record each dispatcher hop into a C++ buffer and
+// call the kernel that was computed for that key before).
 #include <torch/extension.h>
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -487,10 +487,12 @@ class Session {
 }  // namespace
 
 void bind_access_recorder(py::module& module);  // access_recorder.cpp
+void bind_operator_counter(py::module& module);  // operator_counter.cpp
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("wrapped_number", &wrapped_number);
   bind_access_recorder(module);
+  bind_operator_counter(module);
   py::class_<Session>(module, "HopRecorder",
                       "Boxed kernels that record each dispatcher hop natively and call the kernel computed before.")
       .def(py::init<const std::vector<std::tuple<std::string, std::string, std::string>>&>(), py::arg("plan"),

@@ -221,6 +221,48 @@ def coverage_treemap(snapshot: CoverageSnapshot, transitive: bool = True, core_o
     return figure
 
 
+AGAINST_COLOURS = {"own kernel": KIND_COLOURS["kernel"], "through a composite": KIND_COLOURS["composite_implicit"],
+                   "CPU fallback": KIND_COLOURS["fallback"], "nothing": KIND_COLOURS["missing"]}
+
+
+def against_figure(totals: dict[str, dict], title: str | None = None) -> go.Figure:
+    """Backends side by side against one device's kernels: a stacked bar per backend, by what it does with each.
+
+    `totals` maps a backend's name to `AgainstReport.totals()` (or the "totals" of `coverage --against … --format
+    json`), all against the same device."""
+    labels = list(totals)
+    device = next(iter(totals.values()))["baseline"] if totals else "cuda"
+    figure = go.Figure()
+    for status, colour in AGAINST_COLOURS.items():
+        figure.add_bar(name=status, y=labels, x=[totals[label]["by_status"][status]["percent"] for label in labels],
+                       customdata=[totals[label]["by_status"][status]["count"] for label in labels],
+                       orientation="h", marker_color=colour,
+                       hovertemplate="%{y}: %{x}% (%{customdata} overloads)<extra>" + status + "</extra>")
+    overloads = next(iter(totals.values()))["overloads"] if totals else 0
+    name = "the CPU" if device == "cpu" else device.upper()
+    figure.update_layout(barmode="stack", title=title or f"What each backend does with {name}'s {overloads} kernels",
+                         xaxis_title=f"% of {name}'s kernels", xaxis_range=[0, 100], yaxis_autorange="reversed",
+                         height=160 + 50 * len(labels), legend={"orientation": "h", "y": -0.35},
+                         margin={"l": 10, "r": 10, "t": 50})
+    return figure
+
+
+def next_kernels_figure(ranked, top: int = 20) -> go.Figure:
+    """The first kernels of a `NextKernels` ranking: how many of the models need each, most needed on top."""
+    needs = ranked.needs[:top]
+    figure = go.Figure(go.Bar(
+        x=[len(need.models) for need in needs], y=[need.operator.removeprefix("aten::") for need in needs],
+        orientation="h", marker_color=[AGAINST_COLOURS["CPU fallback" if "CPU" in need.today else "nothing"]
+                                       for need in needs],
+        customdata=[[need.calls, need.today, ranked.needed_by(need)] for need in needs],
+        hovertemplate="%{y}: %{x} models, %{customdata[0]} calls; without it: %{customdata[1]}"
+                      "<br>needed by %{customdata[2]}<extra></extra>"))
+    figure.update_layout(title=f"The kernels {ranked.label} needs next, by how many of {len(ranked.models)} models "
+                               "reach them", xaxis_title="models that reach it", yaxis_autorange="reversed",
+                         height=max(260, 24 * len(needs) + 120), margin={"l": 10, "r": 10})
+    return figure
+
+
 def fallback_bars(counts: dict[str, int], title: str = "Operators that reached the fallback", top: int = 25) -> go.Figure:
     ranked = sorted(counts.items(), key=lambda item: -item[1])[:top]
     figure = go.Figure(go.Bar(x=[count for _, count in ranked][::-1], y=[name for name, _ in ranked][::-1],

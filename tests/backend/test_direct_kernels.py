@@ -229,6 +229,8 @@ COVERAGE: dict[str, Coverage] = {
     "rsqrt": Coverage("rsqrt", plain, lambda a, b, c: a.rsqrt(), binary=False),
     "log": Coverage("log", plain, lambda a, b, c: a.log(), binary=False),
     "tanh": Coverage("tanh", plain, lambda a, b, c: a.tanh(), binary=False),
+    "sin": Coverage("sin", plain, lambda a, b, c: a.sin(), binary=False),
+    "cos": Coverage("cos", plain, lambda a, b, c: a.cos(), binary=False),
     "sigmoid": Coverage("sigmoid", plain, lambda a, b, c: a.sigmoid(), binary=False),
     "relu": Coverage("nn.functional.relu", plain, lambda a, b, c: a.relu(), binary=False),
     "relu_": Coverage("nn.functional.relu", relu_in_place, lambda a, b, c: a.relu_(), binary=False),
@@ -247,6 +249,8 @@ COVERAGE: dict[str, Coverage] = {
     "mean.dim": Coverage("mean", plain, lambda a, b, c: a.mean(-1), binary=False),
     "amax": Coverage("amax", plain, lambda a, b, c: a.amax(-1), binary=False),
     "fill_.Scalar": Coverage("fill", inplace, lambda a, b, c: a.fill_(0.5), binary=False),
+    "tril": Coverage("tril", plain, lambda a, b, c: a.tril(-1), binary=False),
+    "triu": Coverage("triu", plain, lambda a, b, c: a.triu(1), binary=False),
     "mm": Coverage("mm", plain, lambda a, b, c: torch.mm(a, b.t())),
     "bmm": Coverage("bmm", plain, lambda a, b, c: torch.bmm(a.unsqueeze(0), b.t().unsqueeze(0))),
     "addmm": Coverage("addmm", plain, lambda a, b, c: torch.addmm(a[:, :1], a, b.t())),
@@ -277,8 +281,8 @@ def direct_fallbacks() -> dict[str, int]:
 
 # The calls a direct kernel hands to the boxed route by design (backend/torch_sim/csrc/operators_direct.cpp): those
 # whose operands the CPU converts to the computation's dtype first, which the CPU's loops leave to their caller.
-FLOAT_VALUED = {"div.Tensor", "div_.Tensor", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "tanh_backward",
-                "sigmoid_backward"}  # computed in a floating dtype whatever the operands' dtype
+FLOAT_VALUED = {"div.Tensor", "div_.Tensor", "exp", "log", "sqrt", "rsqrt", "tanh", "sin", "cos", "sigmoid",
+                "tanh_backward", "sigmoid_backward"}  # computed in a floating dtype whatever the operands' dtype
 SCALAR_COMPARISONS = {"eq.Scalar", "ne.Scalar", "lt.Scalar", "le.Scalar", "gt.Scalar", "ge.Scalar"}
 
 

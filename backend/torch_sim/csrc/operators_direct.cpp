@@ -34,6 +34,7 @@
 #include <ATen/ops/bmm_native.h>
 #include <ATen/ops/clamp_max_native.h>
 #include <ATen/ops/clamp_min_native.h>
+#include <ATen/ops/cos_native.h>
 #include <ATen/ops/div_native.h>
 #include <ATen/ops/eq_native.h>
 #include <ATen/ops/exp_native.h>
@@ -54,12 +55,15 @@
 #include <ATen/ops/rsqrt_native.h>
 #include <ATen/ops/sigmoid_backward_native.h>
 #include <ATen/ops/sigmoid_native.h>
+#include <ATen/ops/sin_native.h>
 #include <ATen/ops/sqrt_native.h>
 #include <ATen/ops/sub_native.h>
 #include <ATen/ops/sum_native.h>
 #include <ATen/ops/tanh_backward_native.h>
 #include <ATen/ops/tanh_native.h>
 #include <ATen/ops/threshold_backward_native.h>
+#include <ATen/ops/tril_native.h>
+#include <ATen/ops/triu_native.h>
 #include <ATen/ops/where_native.h>
 #include <c10/core/DynamicCast.h>
 #include <c10/util/ApproximateClock.h>
@@ -104,6 +108,8 @@ void install_host_loops() {
   SIM_HOST_LOOP(rsqrt_stub);
   SIM_HOST_LOOP(log_stub);
   SIM_HOST_LOOP(tanh_stub);
+  SIM_HOST_LOOP(sin_stub);
+  SIM_HOST_LOOP(cos_stub);
   SIM_HOST_LOOP(sigmoid_stub);
   SIM_HOST_LOOP(clamp_min_scalar_stub);
   SIM_HOST_LOOP(clamp_max_scalar_stub);
@@ -721,6 +727,8 @@ std::vector<std::string> install_direct_kernels() {
   functional<native::structured_rsqrt_out, Tensor>(m, "rsqrt");
   functional<native::structured_log_out, Tensor>(m, "log");
   functional<native::structured_tanh_out, Tensor>(m, "tanh");
+  functional<native::structured_sin_out, Tensor>(m, "sin");
+  functional<native::structured_cos_out, Tensor>(m, "cos");
   functional<native::structured_sigmoid_out, Tensor>(m, "sigmoid");
   functional<native::structured_clamp_min_out, Tensor, Scalar>(m, "clamp_min");
   functional<native::structured_clamp_max_out, Tensor, Scalar>(m, "clamp_max");
@@ -739,6 +747,8 @@ std::vector<std::string> install_direct_kernels() {
   install<DirectNative<&native::relu_, at::Tensor&, at::Tensor&>>(m, "relu_");
   install<DirectHostImpl<native::structured_sum_out, Tensor, at::OptionalIntArrayRef, bool,
                          std::optional<c10::ScalarType>>>(m, "sum.dim_IntList");
+  install<DirectHostImpl<native::structured_tril_cpu, Tensor, int64_t>>(m, "tril");
+  install<DirectHostImpl<native::structured_triu_cpu, Tensor, int64_t>>(m, "triu");
   install<DirectHostImpl<native::structured_mm_out_cpu, Tensor, Tensor>>(m, "mm");
   install<DirectHostImpl<native::structured_bmm_out_cpu, Tensor, Tensor>>(m, "bmm");
   install<DirectHostImpl<native::structured_addmm_out_cpu, Tensor, Tensor, Tensor, Scalar, Scalar>>(m, "addmm");

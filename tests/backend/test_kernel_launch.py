@@ -120,6 +120,26 @@ def test_with_sim_launch_blocking_the_failing_launch_raises_itself():
     assert result.stdout.strip().splitlines()[-1] == "raised at the launch: True"
 
 
+def test_with_sim_launch_blocking_python_host_kernels_and_another_threads_launches_all_finish():
+    # A Python host kernel takes the GIL on the executor; a blocking launch waits for the executor. Neither may
+    # wait for the other: the launches here come through the operator bindings and through torch.ops.
+    program = ("import threading, torch, torch_sim\n"
+               "x = torch.ones(64, device='sim')\n"
+               "def host_kernels():\n"
+               "    for _ in range(200):\n"
+               "        torch.sim.run_host_kernel('python_kernel', lambda tensor: None, x)\n"
+               "thread = threading.Thread(target=host_kernels)\n"
+               "thread.start()\n"
+               "y = x\n"
+               "for _ in range(500):\n"
+               "    y = torch.ops.aten.add.Tensor(y + x, x)\n"
+               "thread.join()\n"
+               "print(y[0].item())\n")
+    result = run_python(program, SIM_LAUNCH_BLOCKING="1", timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "1001.0"
+
+
 def test_what_a_launch_held_for_python_is_released_by_a_host_thread_not_the_device():
     # A launch carries the caller's thread-local state, here Python's saved-tensor hooks. When the launch holds
     # their last reference, releasing it takes the GIL: on the executor it would wait for the host thread, which

@@ -239,18 +239,24 @@ class NextKernels:
             return f"every model ({len(self.models)})"
         return ", ".join(need.models)
 
-    def to_markdown(self, heading: bool = True) -> str:
-        """The ranking as Markdown; `heading=False` leaves the page title out (for a page that has its own)."""
+    def to_markdown(self, heading: bool = True, brief: bool = False) -> str:
+        """The ranking as Markdown; `heading=False` leaves the page title out (for a page that has its own), and
+        `brief` keeps the columns a narrow page has room for (rank, kernel, models, calls, what happens today)."""
         lines = ([f"# Next kernels for {self.label}", ""] if heading else []) + [self.headline() + ".", ""]
         if self.measured:
             lines += [f"Demand: {self.measured}.", ""]
-        if self.needs:
+        if self.needs and brief:
+            lines += ["| # | kernel | models | calls | without it |", "| ---: | --- | ---: | ---: | --- |"]
+            lines += [f"| {rank} | `{need.operator.removeprefix('aten::')}` | {len(need.models)} | {need.calls} | "
+                      f"{need.today} |" for rank, need in enumerate(self.needs, 1)]
+        elif self.needs:
             lines += ["| # | operator | models | calls | without it | CUDA | MPS | needed by |",
                       "| ---: | --- | ---: | ---: | --- | --- | --- | --- |"]
             for rank, need in enumerate(self.needs, 1):
                 lines.append(f"| {rank} | `{need.operator}` | {len(need.models)} | {need.calls} | {need.today} | "
                              f"{'yes' if need.cuda else 'no'} | {'yes' if need.mps else 'no'} | "
                              f"{self.needed_by(need)} |")
+        if self.needs:
             lines += ["", f"How to write one: {WRITING_A_KERNEL}."]
         return "\n".join(lines) + "\n"
 

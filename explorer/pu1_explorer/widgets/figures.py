@@ -241,8 +241,10 @@ def against_figure(totals: dict[str, dict], title: str | None = None) -> go.Figu
     overloads = next(iter(totals.values()))["overloads"] if totals else 0
     name = "the CPU" if device == "cpu" else device.upper()
     figure.update_layout(barmode="stack", title=title or f"What each backend does with {name}'s {overloads} kernels",
-                         xaxis_title=f"% of {name}'s kernels", xaxis_range=[0, 100], yaxis_autorange="reversed",
-                         height=160 + 50 * len(labels), legend={"orientation": "h", "y": -0.35},
+                         xaxis_title=f"% of {name}'s kernels", xaxis_range=[0, 100.5], xaxis_dtick=20,
+                         yaxis_autorange="reversed",
+                         height=160 + 50 * len(labels),
+                         legend={"orientation": "h", "y": -0.35, "traceorder": "normal"},
                          margin={"l": 10, "r": 10, "t": 50})
     return figure
 

@@ -1,52 +1,9 @@
 """Step 13, compile: `torch.compile` with its default backend, inductor, generates kernels for sim.
 
-Dynamo captures graphs of sim tensors as of any device; inductor then needs, per device, a
-scheduling (which kernels to write), a wrapper (the Python that allocates buffers and calls
-them) and device op overrides (how the wrapper sets the device and synchronizes). Inductor
-asks the device module for the first two (`torch.sim.Scheduling`, `torch.sim.PythonWrapperCodegen`,
-`torch.sim.CppWrapperCodegen`, `torch.sim.WrapperFxCodegen`: all four, or it ignores them) the
-first time it compiles; sim answers then, so `import torch`
-never pays for importing inductor. sim computes on the host, so sim uses inductor's own C++ CPU
-code generation, and runs the kernels it writes as its own (below). Dynamo's question "how
-do I count and synchronize this device?" (`get_interface_for_device("sim")`) is answered from the
-moment dynamo's device-interface module loads: importing it at `import torch` would cost a second
-and a half, so sim registers through an import hook instead.
-
-Four places in inductor treat "not the CPU" as "a GPU", and sim corrects each through inductor's
-public classes and settings:
-- the wrapper writes calls to C++ kernels only for the device type "cpu" ("device sim nyi"), so
-  sim's wrapper (`generate_kernel_call`) states the device a C++ kernel runs on: the host CPU;
-- the scheduler's loop reindexing after fusion skips only nodes whose device type is "cpu" and
-  fails on C++ kernels' loop groups, so the first compile turns
-  `torch._inductor.config.loop_reindexing_after_fusion` off (a process-wide setting: a GPU beside
-  sim loses that optimisation);
-- inductor names the code generator of any device but cpu, mps, xpu and tpu after
-  `config.cuda_backend` ("triton"), so C++ kernels with indirect indexing (an embedding) would get
-  Triton's type rules; sim's scheduling generates its kernels under `cuda_backend = "cpp"`, for its
-  own kernels only, so a CUDA device beside sim keeps Triton;
-- the wrapper allocates buffers of other devices with the device's type alone and relies on a device
-  guard, which the scheduler writes only for the GPU types (`device_need_guard`), so a function
-  compiled for sim:1 would return its results on sim:0; sim's wrapper (`make_allocation`) writes the
-  buffer's whole device.
-
-The generated kernels are compiled for the host, and sim runs them as its own kernels: the wrapper calls each
-through `torch.sim.run_host_kernel`, a launch on the current stream of its tensors' device, so it runs on the
-driver's executor after the work queued there (sim's eager kernels, the wrapper's extern kernels among them), where
-device memory is open even with `SIM_MEMORY=discrete`. A graph capture (step 15) cannot record
-them: sim's wrapper starts the generated call with `torch.sim.refuse_if_capturing(...)`, which fails
-the capture with a clear error instead of leaving a replay that silently skips them.
-
-Inductor keys its caches of compiled code on torch's own sources and settings, not on a backend's classes: after
-an upgrade of sim, code an older sim generated would be loaded again from the cache. sim adds a tag naming its
-code generation (a hash of this file, and whether graphs are installed) to `torch.compiler.config.cache_key_tag`,
-PyTorch's setting for breaking those caches, when dynamo loads, before anything compiles (`tag_compile_caches`); a
-tag the user set stays.
-
-sim also registers a dynamo backend under its device's name, as PyTorch's reference backend does:
-`torch.compile(model, backend="sim")` runs dynamo's graphs on sim's eager kernels, with no code
-generation (`dynamo_backend`). It is registered through the `torch_dynamo_backends` entry point
-(pyproject.toml), which dynamo reads the first time it looks a backend name up, so it costs nothing
-at `import torch`.
+sim answers inductor's questions (`torch.sim.Scheduling` and the wrapper classes, asked the first time it compiles)
+with inductor's own C++ code generation, run as sim's kernels, and dynamo's (`get_interface_for_device("sim")`) from
+the moment dynamo's device-interface module loads, so `import torch` imports neither. Each place where inductor takes
+"not the CPU" to mean "a GPU" is corrected where sim overrides it, below; guide page 13 tells the whole story.
 """
 from __future__ import annotations
 
@@ -96,7 +53,8 @@ def inductor_backend() -> dict[str, type]:
     class HostKernelCalls:
         """Calls the C++ kernels, compiled for the host CPU, as kernels of sim: each call is launched on the current
         stream of its tensors' device (`torch.sim.run_host_kernel`), runs on the driver's executor after the work
-        queued there, and returns once it ran."""
+        queued there (where device memory is open even with SIM_MEMORY=discrete), and returns once it ran. Inductor
+        writes a C++ kernel's call only for the device type "cpu" ("device sim nyi"), so the call states the host."""
 
         def generate_kernel_call(self, kernel_name: str, call_args: Any, *, device: Any = None, triton: bool = True,
                                  **options: Any) -> None:
@@ -111,7 +69,8 @@ def inductor_backend() -> dict[str, type]:
             return super().wrap_kernel_call(name, call_args)
 
     class IndexedAllocations:
-        """Allocates each buffer on its own sim device, not on the current one."""
+        """Allocates each buffer on its own sim device, not on the current one: inductor writes the device's type
+        alone and relies on a device guard it writes only for GPU types (`device_need_guard`)."""
 
         def make_allocation(self, name: str, device: torch.device, dtype: torch.dtype, shape: Any, stride: Any,
                             allocation_shape: Any = None, is_pinned: bool = False) -> str:
@@ -134,6 +93,7 @@ def inductor_backend() -> dict[str, type]:
             return SimWrapperCodegen()
 
         def write_launcher_fn_call_get_indent(self) -> int:
+            # A graph capture (step 15) cannot record the host kernels: the generated call refuses one first.
             indent = super().write_launcher_fn_call_get_indent()
             if hasattr(torch.sim, "refuse_if_capturing"):  # graphs (step 15) are installed
                 with self.prefix.indent(indent):
@@ -141,7 +101,9 @@ def inductor_backend() -> dict[str, type]:
             return indent
 
     class SimScheduling(CppScheduling):
-        """Inductor's C++ scheduling, writing each of sim's kernels with the C++ code generator's type rules."""
+        """Inductor's C++ scheduling, writing each of sim's kernels with the C++ code generator's type rules:
+        inductor names the generator of any device but cpu, mps, xpu and tpu after `config.cuda_backend`
+        ("triton"), so only sim's own kernels are generated under "cpp" and a CUDA device beside sim keeps Triton."""
 
         def codegen_node(self, node: Any) -> None:
             with config.patch(cuda_backend="cpp"):
@@ -165,6 +127,8 @@ def inductor_backend() -> dict[str, type]:
                                 [name for name in DEVICE_OP_OVERRIDES if hasattr(SimDeviceOpOverrides, name)])
     register_device_op_overrides("sim", SimDeviceOpOverrides())
     register_dynamo_interface()
+    # The scheduler's reindexing after fusion skips only "cpu" nodes and fails on C++ kernels' loop groups; a
+    # process-wide setting, so a GPU beside sim loses that optimisation.
     config.loop_reindexing_after_fusion = False
     return {"Scheduling": SimScheduling, "PythonWrapperCodegen": SimWrapperCodegen,
             "CppWrapperCodegen": CppWrapperCpu, "WrapperFxCodegen": WrapperFxCodegen}
@@ -181,7 +145,8 @@ def codegen_tag() -> str:
 
 
 def tag_compile_caches() -> None:
-    """Put sim's code generation into the compile caches' keys, beside any tag the user set."""
+    """Put sim's code generation into the compile caches' keys, beside any tag the user set: inductor keys its caches
+    on torch's sources and settings, so code an older sim generated would otherwise be loaded again."""
     from torch.compiler import config
 
     kept = [part for part in config.cache_key_tag.split("+") if part and not part.startswith(CODEGEN_TAG_PREFIX)]
@@ -260,8 +225,9 @@ def register_dynamo_interface_when_it_loads() -> None:
 def dynamo_backend(graph_module: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
     """`torch.compile(..., backend="sim")`: dynamo's graph, run as captured by sim's eager kernels.
 
-    It separates the two halves of compiling for a device: dynamo's capture (fake sim tensors, guards,
-    the device interface) from inductor's code generation. When the default backend fails on sim and
+    Registered through the `torch_dynamo_backends` entry point (pyproject.toml), read the first time dynamo looks
+    a backend name up. It separates the two halves of compiling for a device: dynamo's capture (fake sim tensors,
+    guards, the device interface) from inductor's code generation. When the default backend fails on sim and
     this one works, the fault is in code generation. A graph input on another device than sim or the
     CPU is refused, since sim's kernels could not run that graph.
     """

@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from setuptools import setup
+from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).parent
 NO_TORCH = (
@@ -126,9 +127,23 @@ def extension(name: str, folder: str, library: str | None = None) -> list[CppExt
                          extra_compile_args=flags)]
 
 
+class BuildPackages(build_py):
+    """The packages as setuptools builds them, and sim's driver (backend/simdriver) inside torch_sim as package data:
+    `pu1-explorer new` copies sim's driver and integration from an installed wheel as from a checkout."""
+
+    def run(self) -> None:
+        super().run()
+        driver = ROOT / "backend" / "simdriver"
+        for path in sorted(driver.rglob("*")):
+            if path.is_file() and path.suffix in (".cpp", ".h"):
+                copy = Path(self.build_lib) / "torch_sim" / "simdriver" / path.relative_to(driver)
+                self.mkpath(str(copy.parent))
+                self.copy_file(str(path), str(copy))
+
+
 if __name__ == "__main__":
     setup(
         ext_modules=(extension("torch_sim._C", "backend/torch_sim/csrc", library="backend/simdriver")
                      + extension("pu1_explorer._native", "explorer/pu1_explorer/csrc")),
-        cmdclass={"build_ext": BuildCore.with_options(use_ninja=True)},
+        cmdclass={"build_ext": BuildCore.with_options(use_ninja=True), "build_py": BuildPackages},
     )

@@ -3,8 +3,8 @@
 `make setup` generates it into build/mydev-source and installs it with pip into build/mydev-backend; the tests
 reuse that build while it is newer than every file of the template (and the code that renders it). Otherwise
 the backend is generated and installed (pip --target, through ccache when it is there) once per test run into the
-run's temporary folder, the same two folders side by side. A fresh interpreter imports it with the installed
-folder on PYTHONPATH.
+run's temporary folder, the same two folders side by side. A fresh interpreter finds it with the installed
+folder on PYTHONPATH, and `import torch` loads it (sim's own autoload is off).
 """
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from tests.toy_backend import first_error, newest_mtime
 DEVICE = "mydev"
 ROOT = Path(__file__).resolve().parents[1]
 SETUP_BUILD = ROOT / "build" / f"{DEVICE}-backend"  # where `make setup` installs it
-TEMPLATE_INPUTS = (ROOT / "explorer" / "pu1_explorer" / "vendor_template",
+# what the generated backend is made of: sim's driver and package, and the template's own files
+TEMPLATE_INPUTS = (ROOT / "backend" / "simdriver", ROOT / "backend" / "torch_sim",
+                   ROOT / "explorer" / "pu1_explorer" / "vendor_template",
                    ROOT / "explorer" / "pu1_explorer" / "new_backend.py")
 
 
@@ -36,14 +38,16 @@ def vendor_source(target: Path) -> Path:
 
 
 def vendor_environment(target: Path) -> dict[str, str]:
-    """The environment under which a fresh interpreter can `import torch_mydev` from `target` (sim stays unloaded)."""
-    return {"PYTHONPATH": str(target), "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    """The environment under which `import torch` in a fresh interpreter loads mydev from `target` (sim, installed
+    too, stays unloaded)."""
+    return {"PYTHONPATH": str(target), "TORCH_DEVICE_BACKEND_AUTOLOAD": "1", "SIM_AUTOLOAD": "0"}
 
 
 def newest_template_file() -> float:
     """The modification time of the newest file the generated backend is made from."""
     files = (path for folder in TEMPLATE_INPUTS for path in ([folder] if folder.is_file() else folder.rglob("*")))
-    return newest_mtime(path for path in files if path.is_file() and "__pycache__" not in path.parts)
+    return newest_mtime(path for path in files if path.is_file() and "__pycache__" not in path.parts
+                        and path.suffix != ".so")
 
 
 def is_current(target: Path) -> bool:

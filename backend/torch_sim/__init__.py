@@ -51,9 +51,15 @@ def bring_up_in_progress() -> bool:
     return _in_progress
 
 
-def _refuse_if_privateuse1_is_taken() -> None:
-    from torch_sim.autoload import privateuse1_owner
+def privateuse1_owner() -> str | None:
+    """The name another backend gave PrivateUse1 in this process, if one did."""
+    import torch
 
+    name = torch._C._get_privateuse1_backend_name()
+    return None if name in ("privateuseone", "sim") else name
+
+
+def _refuse_if_privateuse1_is_taken() -> None:
     owner = privateuse1_owner()
     if owner:
         raise RuntimeError(

@@ -34,14 +34,6 @@ def autoload_choice() -> str:
     return raw
 
 
-def privateuse1_owner() -> str | None:
-    """The name another backend gave PrivateUse1 in this process, if one did."""
-    import torch
-
-    name = torch._C._get_privateuse1_backend_name()
-    return None if name in ("privateuseone", "sim") else name
-
-
 def other_backends() -> list[str]:
     """The other autoloading backends installed beside sim, as 'name = module:function'."""
     from importlib.metadata import entry_points
@@ -57,7 +49,7 @@ def initialize() -> None:
     choice = autoload_choice()
     if choice == "0" or torch_sim.bring_up_in_progress():
         return
-    owner = privateuse1_owner()
+    owner = torch_sim.privateuse1_owner()
     rivals = [] if choice == "1" else other_backends()
     if owner or rivals:
         holder = f"PrivateUse1 already belongs to '{owner}'" if owner else \

@@ -6,9 +6,8 @@ A step's record names it once and derives most of the rest from the name: its mo
 Its C++ files are listed (`cpp`, names in `backend/torch_sim/csrc/`), the step's own `<name>.cpp`
 first: every C++ file of sim belongs to one step, or to `RUNTIME_CPP`, what all steps share.
 `label` is the step's short name in the site's navigation; `probes` names the
-scorecard probes that grade the step. What a vendor writes for the step comes from the
-explorer: its guide pages add the step's excerpt of the backend that `pu1-explorer new`
-generates, code a compiler builds.
+scorecard probes that grade the step. A vendor starts from this very code: `pu1-explorer new`
+generates a backend that is sim's driver and integration under the vendor's name.
 
 The records are also what `pu1_explorer.guide` takes (the explorer imports nothing of
 sim): hand it `torch_sim.GUIDE`. A fresh process is brought up to a step by calling
@@ -17,6 +16,8 @@ sim): hand it `torch_sim.GUIDE`. A fresh process is brought up to a step by call
 from __future__ import annotations
 
 import ast
+import functools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,18 @@ from typing import ClassVar
 
 _PACKAGE = Path(__file__).parent
 CSRC = _PACKAGE / "csrc"
+# The driver's C API: backend/simdriver beside the package in a checkout, torch_sim/simdriver in a wheel.
+DRIVER_HEADER = next((folder / "include" / "simdriver.h" for folder in (_PACKAGE / "simdriver",
+                                                                         _PACKAGE.parent / "simdriver")
+                      if (folder / "include" / "simdriver.h").is_file()), None)
+
+
+@functools.cache
+def driver_functions() -> frozenset[str]:
+    """The functions the driver's C API declares (simMalloc, simLaunchKernel, ...); empty without its header."""
+    if DRIVER_HEADER is None:
+        return frozenset()
+    return frozenset(re.findall(r"^[\w* ]+?\b(sim[A-Z]\w*)\(", DRIVER_HEADER.read_text(), re.MULTILINE))
 
 # The C++ every step builds on, so no step's own: the devices and the Python module (runtime.cpp),
 # the declarations every step's file includes (sim.h), and the interface trace every step's methods
@@ -101,6 +114,14 @@ class Step:
         summary = summary[:1].upper() + summary[1:]
         paragraphs = [_join_paragraph(part) for part in body.strip().split("\n\n") if part.strip()]
         return "\n\n".join(([summary] if summary else []) + paragraphs)
+
+    @property
+    def driver_calls(self) -> tuple[str, ...]:
+        """The driver functions the step's C++ calls, in the order they first appear: what the step asks of the
+        device (a step in Python only, or one whose C++ calls no driver function, asks nothing of it directly)."""
+        calls = (re.findall(r"\b(sim[A-Z]\w*)\s*\(", path.read_text()) for path in self.cpp_paths)
+        return tuple(name for name in dict.fromkeys(name for found in calls for name in found)
+                     if name in driver_functions())
 
     @property
     def sources(self) -> tuple[Source, ...]:

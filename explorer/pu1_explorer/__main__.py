@@ -240,7 +240,7 @@ def command_sanitize(arguments: argparse.Namespace) -> int:
 
 
 def command_new(arguments: argparse.Namespace) -> None:
-    """Write a new out-of-tree PrivateUse1 backend for device NAME from the vendor template."""
+    """Write a new out-of-tree PrivateUse1 backend for device NAME: sim's driver and integration, renamed."""
     from pu1_explorer.new_backend import new_backend
 
     folder = new_backend(arguments.name, arguments.folder)

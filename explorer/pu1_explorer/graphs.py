@@ -1,8 +1,8 @@
 """Captured graphs as plain data: a backend's graph dump read back, and what replaying a graph saves the dispatcher.
 
 A backend that implements `torch.accelerator.Graph` can write what it captured with `graph.debug_dump(path)` (after
-`graph.enable_debug_mode()` and the capture). The explorer reads one JSON shape, which sim and the vendor template
-of `pu1-explorer new` both write:
+`graph.enable_debug_mode()` and the capture). The explorer reads one JSON shape, which sim writes, and so
+does every backend that `pu1-explorer new` generates from sim's code:
 
     {"device": "sim:0", "pool": [a, b],
      "kernels": [{"index": 0, "operator": "aten::mul.Tensor", "kernel": "sim::mul.Tensor",

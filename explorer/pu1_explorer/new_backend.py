@@ -1,25 +1,29 @@
-"""`pu1-explorer new NAME`: a vendor's own out-of-tree PrivateUse1 backend, ready to build, from the template.
+"""`pu1-explorer new NAME`: a vendor's own out-of-tree PrivateUse1 backend, ready to build, made from sim's own code.
 
-The template (`vendor_template/`, package data of the explorer) is a complete backend: one C++ file per
-guide step, a fake vendor runtime on host memory, the Python package, a scorecard test and a README.
-Every file is rendered with Jinja for the device's name (`name`, `NAME` in capitals); a file name's
-`.jinja` suffix is dropped and the folder `package/` becomes `src/torch_NAME/` (a src layout: in the project
-folder, the source package cannot shadow the installed one, which has the compiled library). Guide excerpts are the
-regions between `[guide: STEP]` and `[/guide: STEP]` markers in the rendered sources; `vendor_excerpts()` collects
-them per step, for the name `mydev`, as each guide page's "what a vendor writes".
+A generated backend is sim under another name: its fake driver (backend/simdriver -> NAMEdriver/) and its
+integration (backend/torch_sim -> src/torch_NAME/, the C++ in csrc/ and the Python package around it), with every
+name renamed (`sim` -> NAME, `Sim` -> Name, `SIM_` -> NAME_, `torch_sim` -> torch_NAME, `simdriver` ->
+NAMEdriver), so the code every guide page shows is the code a vendor starts from, and a fix is made once.
+The template (`vendor_template/`, package data of the explorer) holds only what differs: the packaging, the
+README, the autoload entry point (a vendor's backend claims PrivateUse1, where sim steps aside) and the
+tests; its files are rendered with Jinja for the name (`name`, `NAME` in capitals); a `.jinja` suffix is
+dropped and its folder `package/` goes into `src/torch_NAME/`.
 """
 from __future__ import annotations
 
 import functools
+import importlib.util
 import keyword
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 TEMPLATE = Path(__file__).parent / "vendor_template"
 PACKAGE_FOLDER = "package"
 _NAME_PATTERN = re.compile(r"[a-z][a-z_]*")  # what torch.device() parses as a device type, in lowercase
-_MARKER = re.compile(r"^\s*(?://|#) \[(/?)guide: ([a-z_]+)\]\s*$")
+# sim's Python files that are not part of a backend: the demo runs the explorer's workloads.
+LEFT_OUT = frozenset({"demo.py"})
+_SOURCE_SUFFIXES = {".py", ".cpp", ".h", ".json"}
+EXAMPLE_DEVICE = "mydev"  # the device name the guide's pages show a vendor's paths for
 
 
 class NewBackendError(ValueError):
@@ -69,6 +73,56 @@ def check_folder(folder: Path) -> None:
         raise NewBackendError(f"{folder} exists and is a file; give a new or empty folder with -o")
 
 
+def sim_sources() -> tuple[Path, Path]:
+    """sim's package folder (its Python, csrc/ and checks/) and its driver's folder, found without importing sim:
+    the driver is backend/simdriver beside the package in a checkout, and torch_sim/simdriver in a wheel."""
+    found = importlib.util.find_spec("torch_sim")
+    package = Path(found.origin).parent if found is not None and found.origin else None
+    if package is not None:
+        for driver in (package / "simdriver", package.parent / "simdriver"):
+            if (driver / "include").is_dir() and (package / "csrc").is_dir():
+                return package, driver
+    raise NewBackendError("pu1-explorer new copies sim's sources, which are not installed beside the explorer; "
+                          "reinstall privateuse1-explorer (`make setup` in its checkout)")
+
+
+def renamer(name: str) -> functools.partial:
+    """A function that renames sim in a text or a path: `sim` -> name, `Sim` -> Name, `SIM` -> NAME (as a word or
+    a prefix: simMalloc, SimAllocator, kSimDevice, SIM_TRACE, torch_sim, simdriver, simccl), and sim's folders to
+    the generated project's. Words that merely start with the letters (simulated, similar, SimpleNamespace) stay."""
+    camel = "".join(part.capitalize() for part in name.split("_"))
+    rules = (
+        (re.compile(r"backend/torch_sim\b"), f"src/torch_{name}"),
+        (re.compile(r"backend/simdriver\b"), f"{name}driver"),
+        (re.compile(r"(?<![A-Za-z0-9])(\\n)?sim(?![a-z])|(?<![A-Za-z0-9])sim(?=driver|ccl)"),
+         lambda match: (match.group(1) or "") + name),
+        (re.compile(r"(?<![A-Za-z0-9])SIM(?![A-Z])|(?<![A-Za-z0-9])SIM(?=DRIVER)"), name.upper()),
+        (re.compile(r"(?<![A-Za-z0-9])(k?)Sim(?![a-z])"), lambda match: match.group(1) + camel),
+    )
+    return functools.partial(_rename, rules)
+
+
+def _rename(rules: tuple, text: str) -> str:
+    for pattern, replacement in rules:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def _sim_files(name: str) -> dict[Path, str]:
+    """sim's driver and integration under `name`, as {path in the generated project: text}."""
+    package, driver = sim_sources()
+    rename = renamer(name)
+    files = {}
+    for folder, destination in ((driver, Path(f"{name}driver")), (package, Path("src") / f"torch_{name}")):
+        for path in sorted(folder.rglob("*")):
+            relative = path.relative_to(folder)
+            if (not path.is_file() or path.suffix not in _SOURCE_SUFFIXES or path.name in LEFT_OUT
+                    or "__pycache__" in relative.parts or (folder == package and relative.parts[0] == "simdriver")):
+                continue
+            files[destination / rename(relative.as_posix())] = rename(path.read_text())
+    return files
+
+
 def _destination(relative: Path, name: str) -> Path:
     parts = list(relative.parts)
     if parts[0] == PACKAGE_FOLDER:
@@ -78,16 +132,26 @@ def _destination(relative: Path, name: str) -> Path:
 
 
 def render(name: str) -> dict[Path, str]:
-    """The generated backend for `name` as {relative path: text}, without writing anything."""
+    """The generated backend for `name` as {relative path: text}, without writing anything: sim's sources renamed,
+    then the template's own files (which replace a renamed file of the same path)."""
     import jinja2
 
+    files = _sim_files(name)
     environment = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
                                      autoescape=False)
-    files = {}
     for source in sorted(path for path in TEMPLATE.rglob("*") if path.is_file() and "__pycache__" not in path.parts):
         template = environment.from_string(source.read_text())
         files[_destination(source.relative_to(TEMPLATE), name)] = template.render(name=name, NAME=name.upper())
     return files
+
+
+def generated_path(source: str, name: str) -> str | None:
+    """Where a file of sim (a path in the project, e.g. backend/torch_sim/csrc/guard.cpp) lands in the backend that
+    `pu1-explorer new name` generates (src/torch_name/csrc/guard.cpp); None for a path that is not a source of sim's."""
+    if (not source.startswith(("backend/torch_sim/", "backend/simdriver/")) or Path(source).name in LEFT_OUT
+            or Path(source).suffix not in _SOURCE_SUFFIXES):
+        return None
+    return renamer(name)(source)
 
 
 def new_backend(name: str, folder: str | Path | None = None) -> Path:
@@ -106,67 +170,3 @@ def new_backend(name: str, folder: str | Path | None = None) -> Path:
     return destination
 
 
-def guide_excerpts(text: str) -> dict[str, str]:
-    """The regions of a rendered source between `[guide: STEP]` and `[/guide: STEP]` markers, joined per step.
-
-    Regions of different steps may overlap or nest; marker lines are never part of an excerpt.
-    """
-    excerpts: dict[str, list[str]] = {}
-    open_regions: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        marker = _MARKER.match(line)
-        if marker and not marker.group(1):
-            open_regions[marker.group(2)] = []
-        elif marker and marker.group(2) in open_regions:
-            excerpts.setdefault(marker.group(2), []).append("\n".join(open_regions.pop(marker.group(2))))
-        elif not marker:
-            for lines in open_regions.values():
-                lines.append(line)
-    return {step: "\n\n".join(parts) for step, parts in excerpts.items()}
-
-
-EXCERPT_DEVICE = "mydev"  # the device name the guide's excerpts of the template are generated for
-_LANGUAGES = {".cpp": "cpp", ".h": "cpp", ".py": "python", ".toml": "toml"}  # pygments lexer names
-
-
-@dataclass(frozen=True)
-class VendorExcerpt:
-    """What a vendor writes for a guide step: the marked regions of one file of the generated backend."""
-
-    step: str
-    path: str  # the file's path in the generated project folder, e.g. "csrc/guard.cpp"
-    text: str
-    language: str  # a pygments lexer name
-    device: str  # the name the backend was generated for
-
-    @property
-    def caption(self) -> str:
-        """The line a guide page shows above the excerpt (`code` spans)."""
-        return f"What a vendor writes: `{self.path}` of `pu1-explorer new {self.device}`"
-
-
-@functools.lru_cache(maxsize=4)
-def _excerpts_of(name: str) -> tuple[VendorExcerpt, ...]:
-    found = []
-    for path, text in render(name).items():
-        language = _LANGUAGES.get(path.suffix)
-        if language is None:
-            continue
-        found += [VendorExcerpt(step, path.as_posix(), excerpt, language, name)
-                  for step, excerpt in guide_excerpts(text).items()]
-    return tuple(found)
-
-
-def vendor_excerpts(name: str = EXCERPT_DEVICE) -> dict[str, tuple[VendorExcerpt, ...]]:
-    """Every guide step's excerpts of the backend generated for `name` (rendered once per name), one per file:
-    the file named after the step first (csrc/guard.cpp for "guard"), then C++, TOML and Python files."""
-    if not _NAME_PATTERN.fullmatch(name or ""):
-        raise NewBackendError(f"invalid device name {name!r} for the guide's excerpts: lowercase letters and "
-                              "underscores, a letter first")
-    by_step: dict[str, list[VendorExcerpt]] = {}
-    for excerpt in _excerpts_of(name):
-        by_step.setdefault(excerpt.step, []).append(excerpt)
-    order = {language: rank for rank, language in enumerate(("cpp", "toml", "python"))}
-    return {step: tuple(sorted(excerpts, key=lambda excerpt: (Path(excerpt.path).stem != step,
-                                                              order[excerpt.language])))
-            for step, excerpts in by_step.items()}

@@ -30,6 +30,8 @@ def test_the_wheel_holds_both_compiled_parts_and_the_entry_points(project_wheel)
     assert any(name.startswith("pu1_explorer/_native.") and name.endswith(".so") for name in names), names
     assert "torch_sim/csrc/operators.cpp" in names and "torch_sim/csrc/sim.h" in names and "pu1_explorer/trace_schema.json" in names
     assert "pu1_explorer/demand.json" in names  # next-kernels ranks by it
+    # `pu1-explorer new` copies sim's driver and integration
+    assert {"torch_sim/simdriver/include/simdriver.h", "torch_sim/simdriver/src/stream.cpp"} <= set(names)
     assert not any(name.startswith(("backend/", "explorer/")) for name in names)
     assert "sim = torch_sim.autoload:initialize" in entry_points
     assert "[torch_dynamo_backends]\nsim = torch_sim.compile:dynamo_backend" in entry_points

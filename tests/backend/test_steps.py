@@ -3,7 +3,7 @@ from collections import Counter
 from pathlib import Path
 
 from torch_sim import GUIDE
-from torch_sim.steps import CSRC, RUNTIME_CPP
+from torch_sim.steps import CSRC, RUNTIME_CPP, driver_functions
 
 
 def owners_of_cpp_files(folder: Path = CSRC) -> dict[str, list[str]]:
@@ -51,3 +51,17 @@ def test_a_file_no_record_claims_is_found(tmp_path):
     owners = owners_of_cpp_files(tmp_path)
     assert owners["quantized.cpp"] == [] and owners["hooks.cpp"] == ["hooks"] and owners["sim.h"] == ["runtime"]
     assert "notes.txt" not in owners
+
+
+def test_a_steps_driver_calls_are_the_driver_functions_its_cpp_calls():
+    by_name = {step.name: step for step in GUIDE}
+    functions = driver_functions()
+    assert {"simMalloc", "simLaunchKernel", "simStreamCreateWithPriority"} <= functions and len(functions) > 30
+    assert {"simMalloc", "simFree", "simMallocHost"} <= set(by_name["allocator"].driver_calls)
+    assert "simLaunchKernel" in by_name["operators"].driver_calls
+    assert {"simStreamCreateWithPriority", "simEventRecord", "simStreamWaitEvent"} <= set(
+        by_name["streams_events"].driver_calls)
+    for step in GUIDE:
+        code = "".join(path.read_text() for path in step.cpp_paths)
+        assert all(name in functions and f"{name}(" in code for name in step.driver_calls), step.name
+    assert by_name["compile"].driver_calls == ()  # a step in Python only

@@ -1,4 +1,4 @@
-"""The integration guide's map (docs/guide.md): every step of torch_sim.GUIDE with its files in sim and in the template,
+"""The integration guide's map (docs/guide.md): every step of torch_sim.GUIDE with its files in sim,
 its probes and its coverage, read back from the table as the site renders it; and the programs that make pages' data."""
 import html
 import json
@@ -16,15 +16,10 @@ from pu1_docs.guide_map import GuideMapError, coverage_added, map_markdown, map_
 from pu1_docs.notebook_cache import NotebookCache
 from pu1_docs.page_program import PageProgram
 from pu1_explorer.guide import coverage_by_step
-from pu1_explorer.new_backend import EXCERPT_DEVICE, render, vendor_excerpts
 
 pytestmark = pytest.mark.xdist_group("guide-map")  # one worker computes the map's rows once
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _template_files() -> dict[str, str]:
-    return {path.as_posix(): text for path, text in render(EXCERPT_DEVICE).items()}
 
 
 def _site_nav() -> list:
@@ -46,7 +41,7 @@ def _rendered_rows(table: str) -> list[tuple[list[str], list[str]]]:
 
 @pytest.fixture(scope="module")
 def rows() -> list[dict]:
-    return map_rows(torch_sim.GUIDE, coverage_by_step(torch_sim.GUIDE), vendor_excerpts(), _template_files())
+    return map_rows(torch_sim.GUIDE, coverage_by_step(torch_sim.GUIDE))
 
 
 def test_the_map_lists_every_step_with_its_page_interface_files_probes_and_coverage(rows):
@@ -55,18 +50,16 @@ def test_the_map_lists_every_step_with_its_page_interface_files_probes_and_cover
     assert "| step | what PyTorch calls (torch 2.13) | in sim (`backend/torch_sim/`) |" in table
     rendered = _rendered_rows(table)
     assert len(rendered) == len(torch_sim.GUIDE)
-    excerpts = vendor_excerpts()
     for step, (cells, links) in zip(torch_sim.GUIDE, rendered):
-        label, interface, sim, template, probes, coverage = cells
+        label, interface, sim, probes, coverage = cells
         assert links == [f"notebooks/guide_{step.number:02d}_{step.name}.ipynb"]
         assert label == labels[links[0]] and label.startswith(f"{step.number}. ")
         assert interface and "`" not in interface  # its code spans became code
         assert sim.splitlines() == ([f"csrc/{name}" for name in step.cpp] or [f"{step.module_path.name} (no C++)"])
-        assert template.splitlines() == list(dict.fromkeys(excerpt.path for excerpt in excerpts[step.name]))
         assert probes == ", ".join(step.probes)
         assert coverage
     measured = {row.step: row for row in coverage_by_step(torch_sim.GUIDE)}
-    operators = rendered[[step.name for step in torch_sim.GUIDE].index("operators")][0][5]
+    operators = rendered[[step.name for step in torch_sim.GUIDE].index("operators")][0][4]
     assert f"{measured['operators'].counts['kernel']:,} kernels of its own" in operators
 
 
@@ -74,16 +67,16 @@ def test_a_step_the_map_does_not_know_is_refused_by_name():
     stranger = SimpleNamespace(number=15, name="teleport", title="Teleport tensors", probes=("teleport",),
                                module_path=torch_sim.GUIDE[0].module_path, cpp_paths=())
     with pytest.raises(GuideMapError, match=r"^step 'teleport' has no interface in pu1_docs.guide_map.INTERFACES"):
-        map_rows([stranger], coverage_by_step(torch_sim.GUIDE), vendor_excerpts(), _template_files())
+        map_rows([stranger], coverage_by_step(torch_sim.GUIDE))
 
 
 def test_an_interface_that_sims_sources_do_not_use_stops_the_map(monkeypatch):
-    wrong = guide_map.Interface("`c10::NoSuchGuard`", ("NoSuchGuard",), ("C10_REGISTER_GUARD_IMPL",))
+    wrong = guide_map.Interface("`c10::NoSuchGuard`", ("NoSuchGuard",))
     monkeypatch.setitem(guide_map.INTERFACES, "guard", wrong)
     guard = [step for step in torch_sim.GUIDE if step.name == "guard"]
     with pytest.raises(GuideMapError, match=r"step 'guard': the map says its interface uses 'NoSuchGuard', but sim's "
                                             r"sources for it \(backend/torch_sim/guard.py, backend/torch_sim/csrc/guard.cpp\) do not"):
-        map_rows(guard, coverage_by_step(torch_sim.GUIDE), vendor_excerpts(), _template_files())
+        map_rows(guard, coverage_by_step(torch_sim.GUIDE))
 
 
 def _measured(kernel=0, fallback=0, missing=10, percent=50.0, autograd=0, autocast=0) -> dict:

@@ -89,6 +89,7 @@ def test_the_generated_backend_times_only_events_created_with_timing(vendor_back
             start.record()
             if record_both:
                 end.record()
+                end.synchronize()  # the device is asynchronous: only completed events can be timed
             try:
                 return start.elapsed_time(end)
             except ValueError as error:

@@ -1,5 +1,5 @@
 """The integration guide's map: each step of `torch_sim.GUIDE` with the torch interface it implements, its files in sim
-and in the vendor template, its scorecard probes and what it adds to operator coverage.
+(which `pu1-explorer new` copies into a vendor's backend), its scorecard probes and what it adds to operator coverage.
 
 Run as `python -m pu1_docs.guide_map` (the docs build forks it from the kernels' template, beside the notebooks, and
 keeps its output while sim, the explorer and the tooling stay unchanged): prints one line of JSON, the map's rows.
@@ -7,7 +7,7 @@ keeps its output while sim, the explorer and the tooling stay unchanged): prints
 `pu1_explorer.guide.coverage_by_step`: one fresh process that brings sim up step by step (a few seconds).
 
 Which interface a step implements is written here, once per step, with the names that prove it: each must occur
-in sim's sources for the step and in the template's files for it, or the map is not made.
+in sim's sources for the step, or the map is not made.
 """
 from __future__ import annotations
 
@@ -25,11 +25,10 @@ NOTEBOOKS = ROOT / "notebooks"
 
 @dataclass(frozen=True)
 class Interface:
-    """What PyTorch calls for a step (markdown), and the names sim's and the template's code for it must use."""
+    """What PyTorch calls for a step (markdown), and the names sim's code for it must use."""
 
     text: str
     in_sim: tuple[str, ...]
-    in_template: tuple[str, ...]
     # sim's files (under backend/torch_sim/) that implement it, when they are not only the step's module and C++ files
     sim_files: tuple[str, ...] = ()
 
@@ -38,62 +37,52 @@ INTERFACES: dict[str, Interface] = {
     "device_module": Interface(
         "`rename_privateuse1_backend`; a module registered as `torch.<name>` (`_register_device_module`)",
         in_sim=("rename_privateuse1_backend", "_register_device_module", "def is_available", "def device_count",
-                "def current_device", "def set_device"),
-        in_template=("def is_available", "def device_count", "def current_device", "def set_device")),
+                "def current_device", "def set_device")),
     "hooks": Interface(
         "`at::PrivateUse1HooksInterface`",
-        in_sim=("PrivateUse1HooksInterface", "RegisterPrivateUse1HooksInterface"),
-        in_template=("PrivateUse1HooksInterface", "RegisterPrivateUse1HooksInterface")),
+        in_sim=("PrivateUse1HooksInterface", "RegisterPrivateUse1HooksInterface")),
     "guard": Interface(
         "`c10::impl::DeviceGuardImplInterface`",
-        in_sim=("DeviceGuardImplInterface", "DeviceGuardImplRegistrar"),
-        in_template=("C10_REGISTER_GUARD_IMPL",)),
+        in_sim=("DeviceGuardImplInterface", "DeviceGuardImplRegistrar")),
     "allocator": Interface(
         "`c10::DeviceAllocator`; `at::HostAllocator` for pinned memory",
-        in_sim=("c10::DeviceAllocator", "at::HostAllocator"),
-        in_template=("c10::DeviceAllocator", "at::HostAllocator")),
+        in_sim=("c10::DeviceAllocator", "at::HostAllocator")),
     "operators": Interface(
         "kernels on `PrivateUse1` (`TORCH_LIBRARY_IMPL`); a boxed fallback",
-        in_sim=("DispatchKey::PrivateUse1", "m.fallback("),
-        in_template=("TORCH_LIBRARY_IMPL(aten, PrivateUse1", "TORCH_LIBRARY_IMPL(_, PrivateUse1", "m.fallback(")),
+        in_sim=("DispatchKey::PrivateUse1", "m.fallback(")),
     "streams_events": Interface(
         "the guard's stream and event methods (`getNewStream`, `record`, `elapsedTime`, …)",
         in_sim=("getStream", "exchangeStream", "getNewStream", "record(", "elapsedTime"),
-        in_template=("getNewStream", "record(", "elapsedTime"),
         sim_files=("csrc/guard.cpp", "csrc/streams_events.cpp")),
     "generator": Interface(
         "`c10::GeneratorImpl`, handed out by the hooks",
-        in_sim=("c10::GeneratorImpl",), in_template=("c10::GeneratorImpl",)),
+        in_sim=("c10::GeneratorImpl",)),
     "autograd": Interface(
         "kernels on `AutogradPrivateUse1`, where the device's gradient differs (optional)",
-        in_sim=("AutogradPrivateUse1",), in_template=("AutogradPrivateUse1",)),
+        in_sim=("AutogradPrivateUse1",)),
     "amp": Interface(
         "kernels on `AutocastPrivateUse1`; the module's `get_amp_supported_dtype`",
-        in_sim=("AutocastPrivateUse1", "get_amp_supported_dtype"),
-        in_template=("AutocastPrivateUse1", "get_amp_supported_dtype")),
+        in_sim=("AutocastPrivateUse1", "get_amp_supported_dtype")),
     "serialization": Interface(
         "`TensorBackendMetaRegistry` for a tensor's `c10::BackendMeta` (sim only); storage methods "
         "(`generate_methods_for_privateuse1_backend`)",
-        in_sim=("for_storage=True", "BackendMeta", "TensorBackendMetaRegistry"), in_template=("for_storage=True",)),
+        in_sim=("for_storage=True", "BackendMeta", "TensorBackendMetaRegistry")),
     "autoload": Interface(
         "an entry point in the group `torch.backends`",
-        in_sim=("torch.backends",), in_template=('"torch.backends"',)),
+        in_sim=("torch.backends",)),
     "profiler": Interface(
         "kineto's `PrivateUse1ProfilerRegistry`; `registerPrivateUse1Methods`",
-        in_sim=("IActivityProfiler", "PrivateUse1ProfilerRegistry", "registerPrivateUse1Methods"),
-        in_template=("IActivityProfiler", "REGISTER_PRIVATEUSE1_PROFILER", "registerPrivateUse1Methods")),
+        in_sim=("IActivityProfiler", "PrivateUse1ProfilerRegistry", "registerPrivateUse1Methods")),
     "compile": Interface(
         "inductor's `register_backend_for_device` (from the module's `Scheduling`, …); dynamo's `DeviceInterface`",
-        in_sim=("Scheduling", "register_device_op_overrides", "register_interface_for_device"),
-        in_template=("Scheduling", "register_device_op_overrides", "register_interface_for_device")),
+        in_sim=("Scheduling", "register_device_op_overrides", "register_interface_for_device")),
     "distributed": Interface(
         "a `c10d::Backend`, `Backend.register_backend(..., devices=[...])`",
-        in_sim=("c10d::Backend", "register_backend"), in_template=("c10d::Backend", "register_backend")),
+        in_sim=("c10d::Backend", "register_backend")),
     "graphs": Interface(
         "`at::GraphImplInterface` in `at::GraphImplRegistry`; the guard's `isStreamCapturing`; private pools "
         "(`MempoolId_t`)",
-        in_sim=("at::GraphImplInterface", "GraphImplRegistry"),
-        in_template=("at::GraphImplInterface", "REGISTER_GRAPH_IMPL", "isStreamCapturing")),
+        in_sim=("at::GraphImplInterface", "GraphImplRegistry")),
 }
 
 # the statuses whose change a row reports, as (status, one, several)
@@ -130,30 +119,22 @@ def guide_page(step: Any) -> str:
     return f"notebooks/{page}"
 
 
-def map_rows(guide: Sequence[Any], coverage: Sequence[Any], template: Mapping[str, Sequence[Any]],
-             rendered_template: Mapping[str, str]) -> list[dict]:
-    """The map's rows, one per step of `guide` in its order: `coverage` is `coverage_by_step(guide)`, `template` the
-    template's excerpts per step (`vendor_excerpts()`), `rendered_template` its files' texts by path."""
+def map_rows(guide: Sequence[Any], coverage: Sequence[Any]) -> list[dict]:
+    """The map's rows, one per step of `guide` in its order: `coverage` is `coverage_by_step(guide)`."""
     by_step = {row.step: row for row in coverage}
     rows = []
     for step in guide:
         interface = INTERFACES.get(step.name)
         if interface is None:
             raise GuideMapError(f"step {step.name!r} has no interface in {__name__}.INTERFACES: add one")
-        files = list(dict.fromkeys(excerpt.path for excerpt in template.get(step.name, ())))
-        if not files:
-            raise GuideMapError(f"step {step.name!r} has no excerpt in the vendor template: mark its code with "
-                                f"[guide: {step.name}] markers")
         sim_texts = _sim_texts(step, interface)
         _check_names(step.name, "sim's sources for it", interface.in_sim, sim_texts)
-        _check_names(step.name, "the template's files for it", interface.in_template,
-                     {path: rendered_template[path] for path in files})
         measured = by_step.get(step.name)
         if measured is None:
             raise GuideMapError(f"step {step.name!r} has no coverage measurement: pass coverage_by_step(guide)")
         package = Path(step.module_path).parent
         rows.append({"number": step.number, "name": step.name, "title": step.title, "page": guide_page(step),
-                     "interface": interface.text, "probes": list(step.probes), "template": files,
+                     "interface": interface.text, "probes": list(step.probes),
                      "sim_module": f"backend/torch_sim/{Path(step.module_path).relative_to(package).as_posix()}",
                      "sim_cpp": [f"backend/torch_sim/{Path(path).relative_to(package).as_posix()}"
                                  for path in step.cpp_paths],
@@ -214,31 +195,28 @@ def map_markdown(rows: Sequence[Mapping[str, Any]], labels: Mapping[str, str] | 
     link text is its label in `labels` (page -> text, see `nav_labels`) or its number and title."""
     calls = f"what PyTorch calls (torch {torch_version})" if torch_version else "what PyTorch calls"
     lines = ["<div class=\"guide-map\" markdown>", "",
-             f"| step | {calls} | in sim (`backend/torch_sim/`) | in `pu1-explorer new mydev` | scorecard probes "
-             "| what it adds to coverage |", "| --- | --- | --- | --- | --- | --- |"]
+             f"| step | {calls} | in sim (`backend/torch_sim/`) | scorecard probes | what it adds to coverage |",
+             "| --- | --- | --- | --- | --- |"]
     before = None
     for row in rows:
         prefix = "backend/torch_sim/"
         sim = ("<br>".join(_code(path.removeprefix(prefix), _PATH_BREAKS) for path in row["sim_cpp"]) if row["sim_cpp"]
                else f"{_code(row['sim_module'].removeprefix(prefix), _PATH_BREAKS)} (no C++)")
         label = (labels or {}).get(row["page"], f"{row['number']}. {row['title']}")
-        cells = (f"[{label}]({row['page']})", row["interface"], sim,
-                 "<br>".join(_code(path, _PATH_BREAKS) for path in row["template"]),
-                 ", ".join(row["probes"]), coverage_added(before, row["coverage"]))
+        cells = (f"[{label}]({row['page']})", row["interface"], sim, ", ".join(row["probes"]),
+                 coverage_added(before, row["coverage"]))
         lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
         before = row["coverage"]
     return "\n".join([*lines, "", "</div>"]) + "\n"
 
 
 def main() -> None:
-    """Measure sim's coverage step by step, read the template, print the map's rows and torch's version as JSON."""
+    """Measure sim's coverage step by step, print the map's rows and torch's version as JSON."""
     import torch
     import torch_sim
     from pu1_explorer.guide import coverage_by_step
-    from pu1_explorer.new_backend import EXCERPT_DEVICE, render, vendor_excerpts
 
-    rendered = {path.as_posix(): text for path, text in render(EXCERPT_DEVICE).items()}
-    rows = map_rows(torch_sim.GUIDE, coverage_by_step(torch_sim.GUIDE), vendor_excerpts(), rendered)
+    rows = map_rows(torch_sim.GUIDE, coverage_by_step(torch_sim.GUIDE))
     print(json.dumps({"torch": torch.__version__.split("+")[0], "rows": rows}))
 
 

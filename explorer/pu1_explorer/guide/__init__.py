@@ -4,9 +4,8 @@ The explorer knows no backend: a backend hands in its guide as data, a sequence 
 in bring-up order, each an object with the attributes of `GuideStep` (sim's are
 `torch_sim.GUIDE`). A step's check runs in a fresh process brought up to a step as the
 step's `bring_up` says: `variable` names the step, then `function` is called. Before the
-first step nothing is brought up. A step's page shows the backend's own code (`sources`) and
-what a vendor writes for a step of that name: its excerpts of the backend `pu1-explorer new`
-generates (`pu1_explorer.new_backend.vendor_excerpts`).
+first step nothing is brought up. A step's page shows the backend's own code (`sources`), and for
+sim's files where `pu1-explorer new` puts them in a vendor's backend (`pu1_explorer.new_backend.generated_path`).
 
 >>> import torch_sim
 >>> from pu1_explorer.guide import check_step
@@ -64,7 +63,8 @@ class BringUp(Protocol):
 
 
 class GuideStep(Protocol):
-    """One step of a backend's guide, as the explorer reads it."""
+    """One step of a backend's guide, as the explorer reads it. A step may also name `driver_calls`, the functions
+    of the device driver's C API its C++ calls, which its page then lists (sim's steps do)."""
 
     @property
     def number(self) -> int: ...  # 1, 2, … in bring-up order
@@ -82,7 +82,7 @@ class GuideStep(Protocol):
     def explanation(self) -> str: ...  # paragraphs, '- ' items and `code` spans
 
     @property
-    def sources(self) -> Sequence[GuideSource]: ...  # the backend's own code (the page adds the template's)
+    def sources(self) -> Sequence[GuideSource]: ...  # the backend's own code
 
     @property
     def check_program(self) -> Path: ...  # a Python file that fails before the step and works after it

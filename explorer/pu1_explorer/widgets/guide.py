@@ -15,7 +15,7 @@ from pathlib import Path
 import ipywidgets
 
 from pu1_explorer import guide
-from pu1_explorer.new_backend import vendor_excerpts
+from pu1_explorer.new_backend import EXAMPLE_DEVICE, generated_path
 from pu1_explorer.pages import STATUS_COLOURS
 from pu1_explorer.widgets.base import (ExplorerWidget, code_html, escape, folded_code_html, inline_code_html,
                                        inline_markdown, message_html)
@@ -45,24 +45,29 @@ def check_html(check: guide.StepCheck | None, device: str) -> str:
             f"<td>{output.format(escape(check.after))}</td></tr></table>{coverage}")
 
 
-VENDOR_FOLD_AFTER = 60  # what a vendor writes is what the page is for: shown open unless it is long
-
-
 def sources_html(step: guide.GuideStep) -> str:
-    """The step's code as the backend gives it (e.g. its module, its C++ file), then what a vendor writes for the
-    step: its excerpts of the backend `pu1-explorer new` generates, code a compiler builds; long ones folded."""
+    """The step's code as the backend gives it (e.g. its module, its C++ files), each file of sim with the path
+    `pu1-explorer new` writes it to in a vendor's backend: a vendor starts from this very code."""
     parts = []
     for source in step.sources:
         where = f" <code>{escape(source.path)}</code>" if source.path else ""
+        vendor_path = generated_path(source.path, EXAMPLE_DEVICE) if source.path else None
+        if vendor_path:
+            where += f" (<code>{escape(vendor_path)}</code> of <code>pu1-explorer new {EXAMPLE_DEVICE}</code>)"
         parts.append(folded_code_html(escape(source.caption) + where, source.text, source.language))
-    excerpts = vendor_excerpts().get(step.name, ())
-    for excerpt in excerpts:
-        parts.append(folded_code_html(inline_code_html(excerpt.caption), excerpt.text, excerpt.language,
-                                      fold_after=VENDOR_FOLD_AFTER))
-    if not excerpts:
-        parts.append(f"<p><i>The template of <code>pu1-explorer new</code> has no code marked for the step "
-                     f"<code>{escape(step.name)}</code>.</i></p>")
     return "".join(parts)
+
+
+def driver_calls_html(step: guide.GuideStep) -> str:
+    """The functions of the device driver's C API that the step's C++ calls, for a backend whose records name them
+    (sim's `driver_calls`); nothing for one whose records do not, or for a step without C++."""
+    calls = getattr(step, "driver_calls", None)
+    if calls is None or not any(source.language == "cpp" for source in step.sources):
+        return ""
+    if not calls:
+        return "<p>The driver: this step's C++ calls no function of the driver's C API itself.</p>"
+    names = ", ".join(f"<code>{escape(name)}</code>" for name in calls)
+    return f"<p>The driver calls this step's C++ makes, in the order they first appear: {names}.</p>"
 
 
 def step_html(step: guide.GuideStep, check: guide.StepCheck | None, heading: bool = True) -> str:
@@ -71,7 +76,7 @@ def step_html(step: guide.GuideStep, check: guide.StepCheck | None, heading: boo
              if heading else "")
     check_code = Path(step.check_program).read_text().strip()
     return (f"{intro}<h4>The check</h4>{code_html(check_code)}{check_html(check, step.bring_up.device)}"
-            f"<h4>The code of this step</h4>{sources_html(step)}")
+            f"<h4>The code of this step</h4>{driver_calls_html(step)}{sources_html(step)}")
 
 
 class GuideStepper(ExplorerWidget):

@@ -11,6 +11,9 @@ PORT ?= 8000
 # builds of the same sources reuse its objects: the wheel test's copy of the project (tests/environments.py) and
 # the next set-up. setup.py makes the cache ignore which folder the sources are in.
 WITH_CCACHE := PATH=/usr/lib/ccache:$$PATH
+# toy and mydev compile against the torch in $(VENV): with this folder as ccache's base, the paths of that torch's
+# headers are relative too, so that a clone in another folder reuses their objects as well.
+WITH_CCACHE_HERE := CCACHE_BASEDIR=$(CURDIR) CCACHE_NOHASHDIR=1 $(WITH_CCACHE)
 
 .PHONY: setup ccache browser demo docs serve lab test test-full benchmark demand clean
 
@@ -31,11 +34,11 @@ $(VENV)/.installed: pyproject.toml setup.py constraints.txt docs/tooling/pyproje
 	$(WITH_CCACHE) $(PIP) install --quiet --no-build-isolation -c constraints.txt -e ".[test,docs]"
 	$(PIP) install --quiet --no-deps --no-build-isolation -e docs/tooling  # the docs build's tooling (not the product)
 	$(PYTHON) -c "import torch; print('sim ready:', torch.sim.device_count(), 'devices')"
-	TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(WITH_CCACHE) $(PIP) install --quiet --no-build-isolation --no-deps --upgrade \
+	TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(WITH_CCACHE_HERE) $(PIP) install --quiet --no-build-isolation --no-deps --upgrade \
 		--target build/toy-backend examples/toy
 	rm -rf build/mydev-source
 	$(PYTHON) -m pu1_explorer new mydev -o build/mydev-source
-	TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(WITH_CCACHE) $(PIP) install --quiet --no-build-isolation --no-deps --upgrade \
+	TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(WITH_CCACHE_HERE) $(PIP) install --quiet --no-build-isolation --no-deps --upgrade \
 		--target build/mydev-backend build/mydev-source
 	touch $@
 

@@ -33,14 +33,18 @@ def _runtime():
     return load_runtime()
 
 
+_started = False  # _lazy_init ran in this process
+
+
 def is_available() -> bool:
     """True once the runtime (the hooks step) is installed and there is at least one device."""
     return "hooks" in torch_sim.installed_steps() and _runtime().device_count() > 0
 
 
 def is_initialized() -> bool:
-    """True while the device can be used in this process: available, and not inherited through a fork."""
-    return is_available() and not _is_in_bad_fork()
+    """True once the device has started in this process (PyTorch called `_lazy_init`, before the first tensor or
+    storage reached it) and was not inherited through a fork, as torch.cuda.is_initialized() answers."""
+    return _started and not _is_in_bad_fork()
 
 
 def _is_in_bad_fork() -> bool:
@@ -62,7 +66,9 @@ def _lazy_init() -> None:
             "Cannot re-initialize sim in forked subprocess. To use sim with multiprocessing, you must use the "
             "'spawn' start method (the parent had already started sim when it forked)"
         )
+    global _started
     _runtime().poison_forks()
+    _started = True
 
 
 def device_count() -> int:

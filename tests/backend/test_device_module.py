@@ -94,3 +94,16 @@ def test_a_child_forked_after_sim_started_gets_cudas_bad_fork_error(tmp_path):
     assert message.startswith("Cannot re-initialize sim in forked subprocess. To use sim with multiprocessing, "
                               "you must use the 'spawn' start method") and in_bad_fork
     assert spawned == ("started", False)
+
+
+def test_the_device_starts_at_its_first_tensor_not_at_import_or_when_asked_how_many_there_are():
+    """As torch.cuda.is_initialized() answers: False after `import torch` brought sim up and after device_count() and
+    is_available(), True once the first tensor reached the device (PyTorch called `_lazy_init`)."""
+    from tests.conftest import run_python
+
+    result = run_python("import torch\n"
+                        "asked = (torch.sim.device_count(), torch.accelerator.is_available(), torch.sim.is_initialized())\n"
+                        "torch.ones(1, device='sim')\n"
+                        "print(repr((*asked, torch.sim.is_initialized())))")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert ast.literal_eval(result.stdout.strip().splitlines()[-1]) == (2, True, False, True)

@@ -3,15 +3,13 @@
 PyTorch runs a device's backward pass on autograd's device thread. sim's kernels there are host kernels, so that
 thread starts an OpenMP team of its own beside the main thread's. While two teams live on a 2-core machine, libgomp
 manages more threads than there are cores and stops letting its workers spin between parallel regions, so every
-parallel region of every device pays a wake-up. The first table shows it with no sim at all: the CPU's LSTM step,
-first alone, then while a plain thread owns a second team. The second shows sim's own step with its backward on
-autograd's device thread (PyTorch's default) and on the calling thread (`torch.autograd.set_multithreading_enabled`).
-The second state of that row is not how users run sim: its figure shows what the setting changes, and the
-comparisons of sim with the CPU as users run them are backend_speed.py's.
+parallel region of every device pays a wake-up. The table shows it with no sim at all and PyTorch's default settings:
+the CPU's LSTM step, first alone, then while a plain thread owns a second team. sim's own figures, measured as users
+run it (each device alone in its process, PyTorch's defaults, so the second team included), are backend_speed.py's.
 
 Timed another way than timing.py's methods, and says so: a team, once started, stays while its thread lives, so the two
-states of a row cannot take turns. Each of ROUNDS fresh processes times the first state, then the second (the
-median of CALLS calls each, after WARM_UP calls); a figure is the median over the processes, with their spread.
+states cannot take turns. Each of ROUNDS fresh processes times the first state, then the second (the median of CALLS
+calls each, after WARM_UP calls); a figure is the median over the processes, with their spread.
 Run: `make benchmark` (or `python benchmarks/openmp_teams.py` in the project's virtualenv).
 """
 from __future__ import annotations
@@ -68,20 +66,12 @@ def start_a_second_team() -> None:
     started.wait()
 
 
-def measure(row: str) -> tuple[float, float]:
-    """The row's two states, in this process: (first state, second state) in milliseconds."""
-    import torch
-
-    if row == "cpu":
-        step = lstm_training_step("cpu")
-        alone = median_milliseconds(step)
-        start_a_second_team()
-        return alone, median_milliseconds(step)
-    step = lstm_training_step("sim")
-    torch.autograd.set_multithreading_enabled(False)
-    on_the_caller = median_milliseconds(step)
-    torch.autograd.set_multithreading_enabled(True)
-    return on_the_caller, median_milliseconds(step)
+def measure() -> tuple[float, float]:
+    """The CPU's step alone, then while a second thread owns a team, in this process: milliseconds."""
+    step = lstm_training_step("cpu")
+    alone = median_milliseconds(step)
+    start_a_second_team()
+    return alone, median_milliseconds(step)
 
 
 def spread(values: list[float]) -> str:
@@ -90,28 +80,23 @@ def spread(values: list[float]) -> str:
 
 
 def main() -> int:
-    rows = {"cpu": ("the CPU's LSTM step", "one OpenMP team", "while a second thread owns a team"),
-            "sim": ("sim's LSTM step",
-                    "backward on the calling thread (not PyTorch's default: a study, not users' figure)",
-                    "backward on autograd's device thread (PyTorch's default)")}
     print("A study of one setting, not users' figures (backend_speed.py has those).")
-    print(f"{ROUNDS} fresh processes per row; in each, the median of {CALLS} calls per state after {WARM_UP} "
+    print(f"{ROUNDS} fresh processes; in each, the median of {CALLS} calls per state after {WARM_UP} "
           "warm-up calls; a figure is the median over the processes (lowest-highest)\n")
     print("| workload | first state | ms | second state | ms | second / first |")
     print("| --- | --- | ---: | --- | ---: | ---: |")
-    for row, (label, first_state, second_state) in rows.items():
-        pairs = []
-        for _ in range(ROUNDS):
-            done = subprocess.run([sys.executable, __file__, row], capture_output=True, text=True, check=True)
-            pairs.append(json.loads(done.stdout.strip().splitlines()[-1]))
-        first, second = [p[0] for p in pairs], [p[1] for p in pairs]
-        print(f"| {label} | {first_state} | {spread(first)} | {second_state} | {spread(second)} | "
-              f"{statistics.median(second) / statistics.median(first):.1f}x |")
+    pairs = []
+    for _ in range(ROUNDS):
+        done = subprocess.run([sys.executable, __file__, "--measure"], capture_output=True, text=True, check=True)
+        pairs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    first, second = [p[0] for p in pairs], [p[1] for p in pairs]
+    print(f"| the CPU's LSTM step | one OpenMP team | {spread(first)} | while a second thread owns a team | "
+          f"{spread(second)} | {statistics.median(second) / statistics.median(first):.1f}x |")
     return 0
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 2:
-        print(json.dumps(measure(sys.argv[1])))
+    if sys.argv[1:] == ["--measure"]:
+        print(json.dumps(measure()))
         raise SystemExit(0)
     raise SystemExit(main())

@@ -113,13 +113,15 @@ def _sim_files(name: str) -> dict[Path, str]:
     package, driver = sim_sources()
     rename = renamer(name)
     files = {}
-    for folder, destination in ((driver, Path(f"{name}driver")), (package, Path("src") / f"torch_{name}")):
+    for folder, where in ((driver, "backend/simdriver"), (package, "backend/torch_sim")):
         for path in sorted(folder.rglob("*")):
             relative = path.relative_to(folder)
-            if (not path.is_file() or path.suffix not in _SOURCE_SUFFIXES or path.name in LEFT_OUT
-                    or "__pycache__" in relative.parts or (folder == package and relative.parts[0] == "simdriver")):
+            in_wheels_driver_copy = folder == package and relative.parts[0] == "simdriver"
+            if not path.is_file() or "__pycache__" in relative.parts or in_wheels_driver_copy:
                 continue
-            files[destination / rename(relative.as_posix())] = rename(path.read_text())
+            generated = generated_path(f"{where}/{relative.as_posix()}", name)
+            if generated is not None:
+                files[Path(generated)] = rename(path.read_text())
     return files
 
 

@@ -116,9 +116,12 @@ class Step:
         return "\n\n".join(([summary] if summary else []) + paragraphs)
 
     @property
-    def driver_calls(self) -> tuple[str, ...]:
+    def driver_calls(self) -> tuple[str, ...] | None:
         """The driver functions the step's C++ calls, in the order they first appear: what the step asks of the
-        device (a step in Python only, or one whose C++ calls no driver function, asks nothing of it directly)."""
+        device (a step in Python only, or one whose C++ calls no driver function, asks nothing of it directly).
+        None where the driver's header is not beside the package (an installed generated backend): unknown."""
+        if DRIVER_HEADER is None:
+            return None
         calls = (re.findall(r"\b(sim[A-Z]\w*)\s*\(", path.read_text()) for path in self.cpp_paths)
         return tuple(name for name in dict.fromkeys(name for found in calls for name in found)
                      if name in driver_functions())

@@ -65,3 +65,13 @@ def test_a_steps_driver_calls_are_the_driver_functions_its_cpp_calls():
         code = "".join(path.read_text() for path in step.cpp_paths)
         assert all(name in functions and f"{name}(" in code for name in step.driver_calls), step.name
     assert by_name["compile"].driver_calls == ()  # a step in Python only
+
+
+def test_without_the_drivers_header_a_steps_driver_calls_are_unknown_and_its_page_says_nothing(monkeypatch):
+    """An installed generated backend has no driver header beside its package: its records claim no calls."""
+    from pu1_explorer.widgets.guide import driver_calls_html
+    from torch_sim import steps
+
+    monkeypatch.setattr(steps, "DRIVER_HEADER", None)
+    allocator = next(step for step in GUIDE if step.name == "allocator")
+    assert allocator.driver_calls is None and driver_calls_html(allocator) == ""

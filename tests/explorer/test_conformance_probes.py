@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ import torch.distributed as dist
 from pu1_explorer.conformance import (PROBE_NAMES, QUICK_ERROR_OPS, QUICK_OPS, QUICK_SAMPLES, Scorecard,
                                       harness, probes, scorecard)
 
+SILENT_REGISTRIES = Path(__file__).parent / "silent_trace_registries.py"
 pytestmark = pytest.mark.xdist_group("sim-scorecard")  # one worker takes sim's scorecard once
 
 
@@ -51,6 +53,28 @@ def test_the_runtime_probes_report_what_they_checked(sim_card):
     assert sim_card.probe("pinned memory").detail.endswith("non-blocking copies both ways")
     assert "map_location='cpu'; state_dict" in sim_card.probe("serialization").detail
     assert "match the CPU" in sim_card.probe("operators").detail
+
+
+def test_the_stream_ordering_probe_hears_sims_trace_hooks_and_the_sanitizer_finds_its_race(sim_card):
+    detail = sim_card.probe("stream-ordering traces").detail
+    assert detail.startswith("an unordered read on another stream is reported, the same read after wait_stream is "
+                             "clean; hooks heard: ")
+    heard = detail.split("hooks heard: ")[1].split(", ")
+    assert {"event_record", "event_wait", "memory_allocation", "device_synchronization"} <= set(heard)
+
+
+@pytest.mark.parametrize("environment, imports, failure", [
+    ({"SIM_BRINGUP_STEP": "operators"}, [],
+     "sim does not tell PyTorch about its streams and events: torch.sim._gpu_trace is missing"),
+    ({}, [str(SILENT_REGISTRIES)], "sim has device-trace registries but fired no event-record hook"),
+])
+def test_the_stream_ordering_probe_fails_on_a_backend_whose_trace_hooks_are_missing_or_silent(environment, imports,
+                                                                                             failure):
+    card = scorecard("sim", imports=["torch_sim", *imports], env=environment, probes=["stream-ordering traces"],
+                     opinfo="none")
+    result = card.probe("stream-ordering traces")
+    assert result.status == "failed" and failure in result.detail, (result.status, result.detail)
+    assert "torch.<device>._gpu_trace" in result.hint
 
 
 def test_the_autograd_probe_compares_every_gradient(sim_card):

@@ -31,8 +31,9 @@ from tests.explorer.test_vendor_workflow import workflow_test_commands
 from tests.vendor_backend import DEVICE, build_vendor_backend, vendor_environment, vendor_source
 
 PASSING_PROBES = ("device module", "torch.accelerator", "devices and guard", "allocator statistics", "operators",
-                  "streams and events", "generator", "pinned memory", "autograd on layers", "autocast (AMP)",
-                  "serialization", "attention", "RNNs", "torch.compile", "profiler", "distributed", "graph capture")
+                  "streams and events", "stream-ordering traces", "generator", "pinned memory", "autograd on layers",
+                  "autocast (AMP)", "serialization", "attention", "RNNs", "torch.compile", "profiler", "distributed",
+                  "graph capture")
 
 
 @pytest.fixture(scope="session")

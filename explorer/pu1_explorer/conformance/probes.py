@@ -147,6 +147,43 @@ def operators(device: str, imports: Sequence[str] = ()) -> None:
     report("copies, element-wise ops, reductions, matmul, views, cat, in-place ops and .item() match the CPU")
 
 
+def _read_on_another_stream(device: str, side: torch.Stream, ordered: bool) -> float:
+    """x is written on the current stream and read on `side`, after `side` waits for it when `ordered`."""
+    x = torch.ones(1 << 12, device=device)
+    current = torch.accelerator.current_stream()
+    if ordered:
+        side.wait_stream(current)
+    with side:
+        doubled = x * 2
+    torch.accelerator.synchronize()
+    return doubled.sum().item()
+
+
+@hint("the stream sanitizer listens on torch.<device>._gpu_trace, the registries PyTorch's interpreter passes "
+      "c10::impl::GPUTrace's hooks to: the guard's record, block and synchronize functions and the allocator must "
+      "fire trace_gpu_event_record, _event_wait, _stream_synchronization, _memory_allocation and the rest")
+def stream_ordering_traces(device: str, imports: Sequence[str] = ()) -> None:
+    """The backend fires the device-trace hooks: the stream sanitizer reports a read on one stream of what another
+    wrote with no wait between, and nothing once the reading stream waits."""
+    from pu1_explorer.sanitizer import UNSYNCHRONIZED, SanitizerUnavailable, stream_sanitizer
+
+    try:
+        with stream_sanitizer(device) as raced:
+            side = torch.Stream(device=device)
+            _read_on_another_stream(device, side, ordered=False)
+        with stream_sanitizer(device) as ordered:
+            _read_on_another_stream(device, side, ordered=True)
+    except SanitizerUnavailable as unavailable:
+        raise AssertionError(str(unavailable)) from None
+    kinds = [race.kind for race in raced.races]
+    assert kinds == [UNSYNCHRONIZED], (f"a read on stream {side.stream_id} of what the current stream wrote, with no "
+                                       f"wait between, was reported as {kinds or 'no race'}")
+    assert ordered.clean, f"the same read after wait_stream was reported: {ordered.races[0].to_text()}"
+    heard = sorted(set(raced.trace_events) | set(ordered.trace_events))
+    report(f"an unordered read on another stream is reported, the same read after wait_stream is clean; hooks "
+           f"heard: {', '.join(heard)}")
+
+
 @hint("torch.Stream and torch.Event reach the device guard's stream and event functions (getStream, exchangeStream, "
       "record, block, queryEvent, synchronizeEvent, elapsedTime): the interface's defaults raise or do nothing")
 def streams_and_events(device: str, imports: Sequence[str] = ()) -> None:

@@ -37,6 +37,7 @@ PROBES: tuple[Probe, ...] = tuple(Probe(name, f"{_PROBES_MODULE}:{function}", us
     ("allocator statistics", "allocator_statistics", True),
     ("operators", "operators", True),
     ("streams and events", "streams_and_events", True),
+    ("stream-ordering traces", "stream_ordering_traces", True),
     ("generator", "generator", True),
     ("pinned memory", "pinned_memory", True),
     ("autograd on layers", "autograd_on_layers", True),

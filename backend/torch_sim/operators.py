@@ -82,7 +82,10 @@ NATIVE_OPERATORS: tuple[str, ...] = (
     # optimizers (foreach kernels)
     "_foreach_add_.List", "_foreach_add_.Scalar", "_foreach_mul_.Scalar", "_foreach_mul_.Tensor",
     "_foreach_lerp_.Scalar", "_foreach_addcmul_.Scalar", "_foreach_addcdiv_.ScalarList", "_foreach_sqrt",
-    "_foreach_div_.ScalarList", "_foreach_add_.ScalarList", "_foreach_add.List",
+    "_foreach_div_.ScalarList", "_foreach_add_.ScalarList", "_foreach_add.List", "_foreach_maximum_.List",
+    # optimizers (fused kernels: `fused=True`)
+    "_fused_adamw_", "_fused_adamw_.tensor_lr", "_fused_adam_", "_fused_adam_.tensor_lr", "_fused_sgd_",
+    "_fused_sgd_.tensor_lr",
     # attention: the CPU flash kernels, which the overrideable attention below runs on device memory
     "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward",
 )

@@ -15,9 +15,9 @@ WITH_CCACHE := PATH=/usr/lib/ccache:$$PATH
 # headers are relative too, so that a clone in another folder reuses their objects as well.
 WITH_CCACHE_HERE := CCACHE_BASEDIR=$(CURDIR) CCACHE_NOHASHDIR=1 $(WITH_CCACHE)
 
-.PHONY: setup ccache browser demo docs serve lab test test-full benchmark demand clean
+.PHONY: setup ccache node browser demo docs serve lab test test-full benchmark demand clean
 
-setup: ccache $(VENV)/.installed
+setup: ccache $(VENV)/.installed $(PLOTLY_BUNDLE)
 
 # torch and the build tools first; then the package, whose C++ parts (backend/torch_sim/csrc over sim's driver in
 # backend/simdriver, explorer/pu1_explorer/csrc)
@@ -41,6 +41,23 @@ $(VENV)/.installed: pyproject.toml setup.py constraints.txt docs/tooling/pyproje
 	TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(WITH_CCACHE_HERE) $(PIP) install --quiet --no-build-isolation --no-deps --upgrade \
 		--target build/mydev-backend build/mydev-source
 	touch $@
+
+# The site's plotly.js: only the trace types its figures draw (docs/tooling/plotly_bundle/traces.js), built with
+# esbuild from the npm registry's plotly.js (npm ci of the folder's package-lock.json, into build/plotly-npm).
+PLOTLY_BUNDLE := build/plotly/plotly.min.js
+PLOTLY_TOOLING := docs/tooling/plotly_bundle
+$(PLOTLY_BUNDLE): $(PLOTLY_TOOLING)/package.json $(PLOTLY_TOOLING)/package-lock.json $(PLOTLY_TOOLING)/build.js \
+		$(PLOTLY_TOOLING)/traces.js | node
+	rm -rf build/plotly-npm && mkdir -p build/plotly-npm $(dir $@)
+	cp $(PLOTLY_TOOLING)/package.json $(PLOTLY_TOOLING)/package-lock.json build/plotly-npm/
+	cd build/plotly-npm && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	node $(PLOTLY_TOOLING)/build.js build/plotly-npm $@
+
+# Node.js and npm, for the site's plotly.js bundle: Debian's, when they are missing.
+node:
+	@command -v npm >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm; \
+	  else echo "the site's plotly.js bundle needs Node.js and npm: sudo apt-get install nodejs npm"; exit 1; fi; }
 
 # Debian's ccache, so that the C++ compiles once per test run. Optional: without it everything still builds.
 ccache:
@@ -97,6 +114,8 @@ benchmark: setup
 	$(PYTHON) benchmarks/fresh_process_speed.py
 	$(PYTHON) benchmarks/new_backend_speed.py
 	$(PYTHON) benchmarks/site_build.py
+	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict --quiet
+	$(PYTHON) benchmarks/site_load.py
 
 clean:
 	rm -rf $(VENV) build site docs/notebooks *.egg-info backend/torch_sim/_C.*.so explorer/pu1_explorer/_native.*.so

@@ -8,13 +8,17 @@ imports changed. The build fails on a cell error, on a warning that a cell did n
 `warnings-expected`), on a line a C++ library logged to a cell's stderr, and on an output the HTML
 page would lose (a figure or widget with no HTML form). Two notebooks run at a time, the slowest first; mkdocs-jupyter renders the pages and keeps
 them in its own cache (its `cache` options), beside ours. The landing page's pictures and the guide's map are the
-output of programs (pu1_docs.page_program) that run beside the notebooks. After the build, plotly.js is copied
-from the plotly package into the site, and every page is checked for scripts loaded from the
-network and for figures that did not make it into the page.
+output of programs (pu1_docs.page_program) that run beside the notebooks. After the build, the site's own plotly.js
+(only the trace types its figures draw, built by `make setup` from docs/tooling/plotly_bundle) is copied into the
+site, and every page is checked for scripts loaded from the network and for figures that did not make it into the
+page. The notebook stylesheet that mkdocs-jupyter inlines in every notebook page becomes a link to one stylesheet,
+cut down to what the site's pages use (pu1_docs.notebook_css).
 """
 from __future__ import annotations
 
 import concurrent.futures
+import functools
+import importlib.resources
 import logging
 import os
 import posixpath
@@ -28,10 +32,13 @@ from mkdocs.exceptions import PluginError
 from mkdocs.utils import get_relative_url
 
 from pu1_docs.notebook_cache import NotebookCache
+from pu1_docs.notebook_css import purge, script_words, used_classes, used_properties
 from pu1_docs.page_program import PageProgram, PageProgramError
 
 log = logging.getLogger("mkdocs.hooks.notebooks")
 ROOT = Path(__file__).resolve().parents[2]
+# plotly.js with only the trace types the site draws, built by `make setup` (docs/tooling/plotly_bundle)
+PLOTLY_BUNDLE = ROOT / "build" / "plotly" / "plotly.min.js"
 SOURCE = ROOT / "notebooks"
 EXECUTED = ROOT / "docs" / "notebooks"
 CACHE = Path(os.environ.get("DOCS_NOTEBOOK_CACHE", ROOT / "build" / "notebook-cache"))
@@ -294,13 +301,73 @@ def dead_links(site: Path) -> list[str]:
     return found
 
 
-def on_post_build(config, **kwargs) -> None:
-    import plotly
+NOTEBOOK_CSS = "assets/stylesheets/notebook.css"
+_INLINE_CSS = re.compile(r'<style type="text/css">(.*?)</style>\n?', re.DOTALL)
+_INLINE_SCRIPT = re.compile(r"<script[^>]*>(.*?)</script>", re.DOTALL)
 
+
+@functools.cache
+def notebook_stylesheets() -> dict[str, str]:
+    """mkdocs-jupyter's notebook stylesheets, which its template inlines unchanged in every notebook page, by name."""
+    assets = importlib.resources.files("mkdocs_jupyter") / "templates" / "mkdocs_html" / "assets"
+    names = ("index.css", "theme-light.css", "theme-dark.css")
+    return {name: (assets / name).read_text(encoding="utf-8") for name in names}
+
+
+def link_notebook_css(html: str, href: str) -> tuple[str, list[str]]:
+    """`html` with mkdocs-jupyter's inlined notebook stylesheets replaced by one link to `href` (where the first of
+    them was), and the names of the stylesheets it replaced."""
+    inlined = {text.strip(): name for name, text in notebook_stylesheets().items()}
+    replaced: list[str] = []
+
+    def replace(match: re.Match) -> str:
+        name = inlined.get(match.group(1).strip())
+        if name is None:
+            return match.group(0)
+        replaced.append(name)
+        return f'<link rel="stylesheet" href="{href}">\n' if len(replaced) == 1 else ""
+
+    return _INLINE_CSS.sub(replace, html), replaced
+
+
+def on_post_page(output: str, page, config, **kwargs) -> str:
+    """A notebook page links to the site's notebook stylesheet instead of carrying mkdocs-jupyter's (585 KB)."""
+    if not page.file.src_uri.endswith(".ipynb"):
+        return output
+    output, replaced = link_notebook_css(output, get_relative_url(NOTEBOOK_CSS, page.url))
+    if not replaced:
+        raise PluginError(f"{page.file.src_uri}: mkdocs-jupyter's notebook stylesheet is not inlined in the page "
+                          f"(did its template change?)")
+    return output
+
+
+def write_notebook_css(config) -> None:
+    """The stylesheet the notebook pages link to: mkdocs-jupyter's, with only the rules that can apply to the site's
+    pages (their classes, and those their scripts may add) and the custom properties that those rules or the site's
+    other styles read."""
     site = Path(config["site_dir"])
+    target = site / NOTEBOOK_CSS
+    stylesheets = notebook_stylesheets()
+    theme = "theme-dark.css" if config.plugins["mkdocs-jupyter"].config["theme"] == "dark" else "theme-light.css"
+    pages = [path.read_text(errors="replace") for path in site.rglob("*.html")]
+    styles = [path.read_text(errors="replace") for path in site.rglob("*.css") if path != target]
+    scripts = [path.read_text(errors="replace") for path in site.rglob("*.js")]
+    scripts += [script for page in pages for script in _INLINE_SCRIPT.findall(page)]
+    css = purge(stylesheets["index.css"] + "\n" + stylesheets[theme], used_classes(pages) | script_words(scripts),
+                used_properties(pages + styles))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(css, encoding="utf-8")
+
+
+def on_post_build(config, **kwargs) -> None:
+    site = Path(config["site_dir"])
+    if not PLOTLY_BUNDLE.is_file():
+        raise PluginError(f"the site's plotly.js bundle {PLOTLY_BUNDLE.relative_to(ROOT)} is missing: `make setup` "
+                          "builds it (with npm, from docs/tooling/plotly_bundle)")
     target = site / "assets" / "javascripts" / "plotly.min.js"
     target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", target)
+    shutil.copyfile(PLOTLY_BUNDLE, target)
+    write_notebook_css(config)  # after the scripts are in the site: it reads them
     problems = []
     for page in site.rglob("*.html"):
         text = page.read_text(errors="replace")

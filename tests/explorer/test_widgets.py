@@ -283,3 +283,20 @@ def test_the_coverage_page_lists_every_overload_with_a_search_box(monkeypatch):
     assert page.count("<tr><td><code style='white-space:nowrap'>") == len(widget.snapshot.rows) > 2000
     assert "type='search'" in page and "oninput=" in page
     assert "sim has its own kernel for" in page and escape("of CUDA's") in page
+
+
+def test_a_figure_for_the_page_carries_the_template_defaults_of_its_own_trace_types_only():
+    import json
+
+    import plotly.graph_objects as go
+
+    from pu1_explorer.widgets.base import figure_html, with_used_template
+
+    figure = go.Figure([go.Bar(x=[1], y=[2]), go.Scatter(x=[1], y=[3])])
+    assert {"bar", "scatter", "heatmap", "histogram"} <= set(figure.layout.template.data.to_plotly_json())
+    assert set(with_used_template(figure)["layout"]["template"]["data"]) == {"bar", "scatter"}
+    html = figure_html(figure)
+    layout_start = re.search(r'\],\s*\{"template"', html).start() + 1
+    layout, _ = json.JSONDecoder().raw_decode(html, html.index("{", layout_start))
+    assert set(layout["template"]["data"]) == {"bar", "scatter"}
+    assert layout["template"]["layout"] == figure.layout.template.layout.to_plotly_json()  # the look is kept

@@ -1,0 +1,58 @@
+"""What a page of the site costs a reader who has nothing cached: bytes transferred and decoded, requests, and when
+the load event ended, measured in Chromium (Playwright) over the served site.
+
+Each page loads in a browser context of its own, so nothing is cached, and is measured once its figures have drawn. The browser's Resource Timing entries give the sizes: `transferSize` (what came over the wire, compressed
+where the server compressed) and `decodedBodySize` (what the browser had to parse).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+# Every figure of the page has drawn its SVG: plotly.js loaded, ran and laid the figure out.
+FIGURES_DRAWN = ("() => [...document.querySelectorAll('.plotly-graph-div')]"
+                 ".every(figure => figure.querySelector('.main-svg'))")
+MEASURE = """() => {
+    const navigation = performance.getEntriesByType('navigation')[0];
+    const entries = [navigation, ...performance.getEntriesByType('resource')];
+    const sum = key => entries.reduce((total, entry) => total + (entry[key] || 0), 0);
+    return {transferred: sum('transferSize'), decoded: sum('decodedBodySize'), requests: entries.length,
+            load_ms: navigation.loadEventEnd};
+}"""
+
+
+@dataclass(frozen=True)
+class PageLoad:
+    """One page loaded with an empty cache: `transferred` and `decoded` are bytes summed over the page and everything
+    it requested by then; `load_ms` is when its load event ended, from the start of the navigation."""
+
+    page: str
+    transferred: int
+    decoded: int
+    requests: int
+    load_ms: float
+
+
+def load_pages(base_url: str, pages: Iterable[str], chromium: str, flags: Iterable[str] = (),
+               viewport: dict[str, int] | None = None) -> list[PageLoad]:
+    """Load each page (a path under `base_url`, "" for the home page) in a fresh context of Chromium at `chromium`."""
+    from playwright.sync_api import sync_playwright
+
+    loads: list[PageLoad] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=list(flags))
+        try:
+            for page_path in pages:
+                context = browser.new_context(viewport=viewport or {"width": 1280, "height": 900})
+                try:
+                    page = context.new_page()
+                    page.goto(base_url + page_path, wait_until="load")
+                    page.wait_for_function(FIGURES_DRAWN, timeout=30_000)
+                    measured = page.evaluate(MEASURE)
+                finally:
+                    context.close()
+                loads.append(PageLoad(page_path, int(measured["transferred"]), int(measured["decoded"]),
+                                      int(measured["requests"]), float(measured["load_ms"])))
+        finally:
+            browser.close()
+    return loads

@@ -43,6 +43,7 @@ struct Launch {
   const c10::function_ref<void()>* body = nullptr;  // run_kernel: the caller's, alive while it waits
   std::function<void()> work;                         // launch_kernel: owned by the launch until the kernel ran
   std::exception_ptr error;                           // run_kernel: what the body threw, for the caller
+  Launch* next_finished = nullptr;                     // launch_kernel: the list of launches the device ran
   Launch(c10::Stream stream, const std::string& name)
       : stream(stream), name(&name), timed(recording_kernels()), correlation(operator_correlation()) {}
 };
@@ -103,29 +104,29 @@ int run_launch(void* argument) {
   return 0;
 }
 
-// Launches the device ran, waiting for a host thread to release them (HostWait). Never destroyed: a launch left
-// at exit would free its tensors after Python has gone.
-std::mutex g_finished_mutex;
-auto* g_finished = new std::vector<Launch*>();
-std::atomic<bool> g_any_finished{false};
+// Launches the device ran, waiting for a host thread to release them (HostWait): a list the executor pushes onto
+// and a host thread takes whole, without a lock. A launch left at exit is never freed: it would free its tensors
+// after Python has gone.
+std::atomic<Launch*> g_finished{nullptr};
 
 void release_launch(void* argument) {
-  std::lock_guard<std::mutex> lock(g_finished_mutex);
-  g_finished->push_back(static_cast<Launch*>(argument));
-  g_any_finished.store(true, std::memory_order_release);
+  auto* launch = static_cast<Launch*>(argument);
+  Launch* head = g_finished.load(std::memory_order_relaxed);
+  do {
+    launch->next_finished = head;
+  } while (!g_finished.compare_exchange_weak(head, launch, std::memory_order_release, std::memory_order_relaxed));
 }
 
 }  // namespace
 
 void release_finished_launches() {
-  if (t_on_device || !g_any_finished.load(std::memory_order_acquire)) return;
-  std::vector<Launch*> finished;
-  {
-    std::lock_guard<std::mutex> lock(g_finished_mutex);
-    finished.swap(*g_finished);
-    g_any_finished.store(false, std::memory_order_relaxed);
+  if (t_on_device || g_finished.load(std::memory_order_relaxed) == nullptr) return;
+  Launch* finished = g_finished.exchange(nullptr, std::memory_order_acquire);
+  while (finished != nullptr) {
+    Launch* next = finished->next_finished;
+    delete finished;
+    finished = next;
   }
-  for (Launch* launch : finished) delete launch;
 }
 
 HostWait::HostWait() {

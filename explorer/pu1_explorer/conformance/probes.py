@@ -159,9 +159,9 @@ def _read_on_another_stream(device: str, side: torch.Stream, ordered: bool) -> f
     return doubled.sum().item()
 
 
-@hint("the stream sanitizer listens on torch.<device>._gpu_trace, the registries PyTorch's interpreter passes "
-      "c10::impl::GPUTrace's hooks to: the guard's record, block and synchronize functions and the allocator must "
-      "fire trace_gpu_event_record, _event_wait, _stream_synchronization, _memory_allocation and the rest")
+@hint("the guard's record, block and synchronize functions and the allocator fire c10::impl::GPUTrace's hooks "
+      "(trace_gpu_event_record, ..._event_wait, ..._memory_allocation, ...), which PyTorch's interpreter passes to "
+      "torch.<device>._gpu_trace's registries, where the stream sanitizer listens")
 def stream_ordering_traces(device: str, imports: Sequence[str] = ()) -> None:
     """The backend fires the device-trace hooks: the stream sanitizer reports a read on one stream of what another
     wrote with no wait between, and nothing once the reading stream waits."""

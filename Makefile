@@ -7,6 +7,9 @@ SYSTEM_PYTHON ?= python3
 PYTEST_WORKERS ?= 2
 PYTEST_ARGS ?=
 PORT ?= 8000
+# The site's plotly.js (below), built by set-up.
+PLOTLY_BUNDLE := build/plotly/plotly.min.js
+PLOTLY_TOOLING := docs/tooling/plotly_bundle
 # Set-up compiles through Debian's ccache when it is there (a missing folder on PATH is harmless), so that later
 # builds of the same sources reuse its objects: the wheel test's copy of the project (tests/environments.py) and
 # the next set-up. setup.py makes the cache ignore which folder the sources are in.
@@ -44,8 +47,6 @@ $(VENV)/.installed: pyproject.toml setup.py constraints.txt docs/tooling/pyproje
 
 # The site's plotly.js: only the trace types its figures draw (docs/tooling/plotly_bundle/traces.js), built with
 # esbuild from the npm registry's plotly.js (npm ci of the folder's package-lock.json, into build/plotly-npm).
-PLOTLY_BUNDLE := build/plotly/plotly.min.js
-PLOTLY_TOOLING := docs/tooling/plotly_bundle
 $(PLOTLY_BUNDLE): $(PLOTLY_TOOLING)/package.json $(PLOTLY_TOOLING)/package-lock.json $(PLOTLY_TOOLING)/build.js \
 		$(PLOTLY_TOOLING)/traces.js | node
 	rm -rf build/plotly-npm && mkdir -p build/plotly-npm $(dir $@)

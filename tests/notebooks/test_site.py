@@ -245,22 +245,6 @@ def test_the_sites_plotly_has_the_trace_types_its_figures_draw_and_a_figures_tem
     assert set(re.findall(r'moduleType:"trace",name:"(\w+)"', script)) == bundled | {"scatter"}
 
 
-def test_every_page_loads_at_most_2_mb_with_nothing_cached(site, served):
-    """Measured in Chromium, a fresh browser context a page, once its figures have drawn (pu1_docs.page_load; the
-    times go to benchmarks/RESULTS.md through benchmarks/site_load.py, not asserted here)."""
-    from pu1_docs.page_load import load_pages
-
-    names = pages_of(site)
-    loads = {load.page: load for load in load_pages(served, [name + ("/" if name else "") for name in names],
-                                                     chromium_path(), CHROMIUM_FLAGS)}
-    heavy = {page: load.transferred for page, load in loads.items() if load.transferred > 2e6}
-    assert heavy == {}
-    quickstart = loads["notebooks/01_quickstart/"]
-    plotly = (site / "assets" / "javascripts" / "plotly.min.js").stat().st_size
-    assert quickstart.decoded > plotly and quickstart.requests > 3  # what the page loaded is counted, plotly.js too
-    assert all(load.transferred < load.decoded for load in loads.values())  # the server compressed the text
-
-
 def test_a_missing_page_gets_the_sites_own_404_page(served):
     with pytest.raises(urllib.error.HTTPError) as missing:
         urllib.request.urlopen(served + "notebooks/no_such_page/", timeout=30)
@@ -296,18 +280,23 @@ def test_no_page_shows_a_folder_of_the_machine_that_built_it(site):
 
 
 def visit(page, url: str) -> None:
+    from pu1_docs.page_load import FIGURES_DRAWN
+
     page.goto(url, wait_until="load")
-    page.wait_for_function(
-        "() => [...document.querySelectorAll('.plotly-graph-div')].every(figure => figure.querySelector('.main-svg'))",
-        timeout=30_000)
+    page.wait_for_function(FIGURES_DRAWN, timeout=30_000)
 
 
-def test_every_page_in_chromium_draws_without_errors_or_network(site, served):
+def test_every_page_in_chromium_draws_without_errors_or_network_and_loads_at_most_2_mb(site, served):
     """Every page at desktop and phone width: no console or page errors, no request off 127.0.0.1, every
-    figure drawn with a size; with PU1_SITE_SCREENSHOTS=1, screenshots of each go to build/site-screenshots."""
+    figure drawn with a size; with PU1_SITE_SCREENSHOTS=1, screenshots of each go to build/site-screenshots.
+    At desktop width nothing is cached, and each page loads at most 2 MB (bytes transferred, from the browser's
+    Resource Timing entries: pu1_docs.page_load; benchmarks/site_load.py records the sizes and the load times)."""
     from playwright.sync_api import sync_playwright
 
+    from pu1_docs.page_load import measured, without_cache
+
     problems: list[str] = []
+    loads = {}
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS)
         try:
@@ -315,6 +304,8 @@ def test_every_page_in_chromium_draws_without_errors_or_network(site, served):
                 folder = SCREENSHOTS / viewport_name
                 folder.mkdir(parents=True, exist_ok=True)
                 page = browser.new_page(viewport=viewport)
+                if viewport_name == "desktop":
+                    without_cache(page)
                 current = {"url": ""}
                 page.on("console", lambda message: problems.append(f"{current['url']}: console {message.text}")
                         if message.type == "error" else None)
@@ -325,6 +316,8 @@ def test_every_page_in_chromium_draws_without_errors_or_network(site, served):
                 for name in pages_of(site):
                     current["url"] = served + name + ("/" if name else "")
                     visit(page, current["url"])
+                    if viewport_name == "desktop":
+                        loads[name] = measured(page, name)
                     for index, box in enumerate(page.eval_on_selector_all(
                             ".plotly-graph-div", "figures => figures.map(f => f.getBoundingClientRect().toJSON())")):
                         if box["width"] < 100 or box["height"] < 100:
@@ -338,6 +331,11 @@ def test_every_page_in_chromium_draws_without_errors_or_network(site, served):
         finally:
             browser.close()
     assert problems == []
+    heavy = {name or "home": load.transferred for name, load in loads.items() if load.transferred > 2e6}
+    assert heavy == {}
+    quickstart, plotly = loads["notebooks/01_quickstart"], (site / "assets/javascripts/plotly.min.js").stat().st_size
+    assert quickstart.decoded > plotly and quickstart.requests > 3  # what the page loaded is counted, plotly.js too
+    assert all(load.transferred < load.decoded for load in loads.values())  # the server compressed the text
 
 
 def test_download_links_give_valid_notebooks(site, served):

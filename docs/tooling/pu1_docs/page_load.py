@@ -33,6 +33,22 @@ class PageLoad:
     load_ms: float
 
 
+def without_cache(page) -> None:
+    """Make a Playwright page of Chromium load everything afresh at each navigation (Chrome DevTools Protocol's
+    Network.setCacheDisabled), so that one page can measure many pages as uncached loads."""
+    session = page.context.new_cdp_session(page)
+    session.send("Network.enable")
+    session.send("Network.setCacheDisabled", {"cacheDisabled": True})
+
+
+def measured(page, page_path: str) -> PageLoad:
+    """What the page loaded since its navigation began, once its figures have drawn."""
+    page.wait_for_function(FIGURES_DRAWN, timeout=30_000)
+    found = page.evaluate(MEASURE)
+    return PageLoad(page_path, int(found["transferred"]), int(found["decoded"]), int(found["requests"]),
+                    float(found["load_ms"]))
+
+
 def load_pages(base_url: str, pages: Iterable[str], chromium: str, flags: Iterable[str] = (),
                viewport: dict[str, int] | None = None) -> list[PageLoad]:
     """Load each page (a path under `base_url`, "" for the home page) in a fresh context of Chromium at `chromium`."""
@@ -47,12 +63,9 @@ def load_pages(base_url: str, pages: Iterable[str], chromium: str, flags: Iterab
                 try:
                     page = context.new_page()
                     page.goto(base_url + page_path, wait_until="load")
-                    page.wait_for_function(FIGURES_DRAWN, timeout=30_000)
-                    measured = page.evaluate(MEASURE)
+                    loads.append(measured(page, page_path))
                 finally:
                     context.close()
-                loads.append(PageLoad(page_path, int(measured["transferred"]), int(measured["decoded"]),
-                                      int(measured["requests"]), float(measured["load_ms"])))
         finally:
             browser.close()
     return loads

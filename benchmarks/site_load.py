@@ -12,11 +12,10 @@ import shutil
 import threading
 from pathlib import Path
 
-from pu1_docs.page_load import load_pages
+from pu1_docs.page_load import load_pages, site_pages
 from pu1_docs.serve_site import site_server
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
 TARGET_BYTES, TARGET_MS = 2_000_000, 1500.0
 
 
@@ -30,10 +29,8 @@ def main() -> None:
     server = site_server(arguments.site, 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}/"
-    pages = sorted(str(path.relative_to(arguments.site).parent).replace(".", "") for path in
-                   arguments.site.rglob("index.html") if "assets" not in path.parts)
     try:
-        loads = load_pages(base, [page + ("/" if page else "") for page in pages], chromium, CHROMIUM_FLAGS)
+        loads = load_pages(base, [page + ("/" if page else "") for page in site_pages(arguments.site)], chromium)
     finally:
         server.shutdown()
     print(f"| page | transferred | decoded | requests | load event |\n| --- | ---: | ---: | ---: | ---: |")

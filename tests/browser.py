@@ -7,8 +7,7 @@ from typing import Iterator
 
 import pytest
 
-CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync", "--no-first-run", "--disable-quic"]
+from pu1_docs.page_load import CHROMIUM_FLAGS
 
 
 def chromium_path() -> str:
@@ -24,7 +23,7 @@ def browser_page(width: int = 1400, height: int = 1000) -> Iterator[tuple[object
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS)
+        browser = playwright.chromium.launch(executable_path=chromium_path(), args=list(CHROMIUM_FLAGS))
         try:
             page = browser.new_page(viewport={"width": width, "height": height})
             errors: list[str] = []

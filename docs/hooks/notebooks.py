@@ -341,15 +341,14 @@ def on_post_page(output: str, page, config, **kwargs) -> str:
     return output
 
 
-def write_notebook_css(config) -> None:
+def write_notebook_css(config, pages: list[str]) -> None:
     """The stylesheet the notebook pages link to: mkdocs-jupyter's, with only the rules that can apply to the site's
-    pages (their classes, and those their scripts may add) and the custom properties that those rules or the site's
-    other styles read."""
+    `pages` (the text of each HTML page: their classes, and those their scripts may add) and the custom properties
+    that those rules or the site's other styles read."""
     site = Path(config["site_dir"])
     target = site / NOTEBOOK_CSS
     stylesheets = notebook_stylesheets()
     theme = "theme-dark.css" if config.plugins["mkdocs-jupyter"].config["theme"] == "dark" else "theme-light.css"
-    pages = [path.read_text(errors="replace") for path in site.rglob("*.html")]
     styles = [path.read_text(errors="replace") for path in site.rglob("*.css") if path != target]
     scripts = [path.read_text(errors="replace") for path in site.rglob("*.js")]
     scripts += [script for page in pages for script in _INLINE_SCRIPT.findall(page)]
@@ -367,10 +366,10 @@ def on_post_build(config, **kwargs) -> None:
     target = site / "assets" / "javascripts" / "plotly.min.js"
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(PLOTLY_BUNDLE, target)
-    write_notebook_css(config)  # after the scripts are in the site: it reads them
+    pages = {page: page.read_text(errors="replace") for page in site.rglob("*.html")}
+    write_notebook_css(config, list(pages.values()))  # after the scripts are in the site: it reads them
     problems = []
-    for page in site.rglob("*.html"):
-        text = page.read_text(errors="replace")
+    for page, text in pages.items():
         if _NETWORK_SCRIPT.search(text):
             problems.append(f"{page.relative_to(site)} loads a script from the network")
         divs = text.count('class="plotly-graph-div"')

@@ -47,9 +47,10 @@ _AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 ADVERTISED = "PU1_FORK_SERVER"  # a running template this process may fork from: {"address", "key", "preload"}
 # Variables a template does not depend on: the child re-applies the first four (no backend loads in a template;
 # warning filters, the fault handler and the module search path are set again), the rest are read only once a
-# program runs (those ipykernel sets in a running kernel, Jupyter's per-kernel ones, sim's and the explorer's own).
+# program runs (those ipykernel sets in a running kernel, the test pytest is running, Jupyter's per-kernel ones, sim's
+# and the explorer's own).
 _CHILD_ONLY = {_AUTOLOAD, "PYTHONWARNINGS", "PYTHONFAULTHANDLER", "PYTHONPATH", "TERM", "CLICOLOR", "CLICOLOR_FORCE",
-               "FORCE_COLOR", "PAGER", "GIT_PAGER", "MPLBACKEND", "PYDEVD_USE_FRAME_EVAL"}
+               "FORCE_COLOR", "PAGER", "GIT_PAGER", "MPLBACKEND", "PYDEVD_USE_FRAME_EVAL", "PYTEST_CURRENT_TEST"}
 _CHILD_ONLY_PREFIXES = ("JPY_", "SIM_", "PU1_")
 # kineto, torch.profiler's library, reads its log level when it initialises: at a process's first profile, or while
 # torch is imported when KINETO_USE_DAEMON is set (then the template has read it).
@@ -229,6 +230,7 @@ class ForkServer:
         if self._process.poll() is None:
             self._process.kill()
             self._process.wait()
+        self._log.close()
         if os.path.exists(self.address):
             os.unlink(self.address)
             os.rmdir(self._folder)

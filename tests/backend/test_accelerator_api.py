@@ -1,5 +1,6 @@
-"""Every public function of torch.accelerator on sim, each in a fresh interpreter after sim tensors exist: it answers
-consistently with torch.sim's counterpart or raises PyTorch's own error; a crash of the interpreter is a failure.
+"""Every public function of torch.accelerator on sim, each in a fresh process after sim tensors exist (forked from a
+template that has imported torch: tests.conftest.run_forked): it answers consistently with torch.sim's counterpart
+or raises PyTorch's own error; a crash of the process is a failure.
 
 The scenarios live in accelerator_calls.py; this module runs each one and checks that no public name of
 torch.accelerator is left without a scenario. PyTorch's wording, compared with what PyTorch itself says, is checked
@@ -8,7 +9,6 @@ at the end (device index, autocast).
 from __future__ import annotations
 
 import inspect
-import os
 import re
 import signal
 import subprocess
@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from tests.backend.accelerator_calls import OUT_OF_RANGE, SCENARIOS
+from tests.conftest import run_forked
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,10 +34,9 @@ def public_names() -> set[str]:
 
 
 def run_scenario(name: str, *module: str, environment: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """Run one scenario of accelerator_calls.py in a fresh interpreter (importing `module` first when given)."""
-    env = {**os.environ, "SIM_FALLBACK": "silent", **(environment or {})}
-    return subprocess.run([sys.executable, "-m", "tests.backend.accelerator_calls", name, *module], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    """Run one scenario of accelerator_calls.py in a fresh process (importing `module` first when given)."""
+    return run_forked(["-m", "tests.backend.accelerator_calls", name, *module], timeout=300, cwd=ROOT,
+                      **(environment or {}))
 
 
 def assert_passed(result: subprocess.CompletedProcess) -> None:

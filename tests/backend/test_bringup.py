@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 import torch_sim
-from pu1_explorer.guide import error_summary, find_step, run_check, step_before
+from pu1_explorer.guide import error_summary, find_step, forked_check, run_check, step_before
 from torch_sim.steps import GUIDE
 from tests.conftest import run_python
 
@@ -27,9 +27,11 @@ BEFORE = {
 
 @pytest.mark.parametrize("step", torch_sim.STEPS)
 def test_check_fails_before_and_works_after(step):
+    """As the guide's page runs the check (forked_check: a fresh process forked from a template, or a new interpreter
+    for a check of autoloading); tests/explorer/test_forkserver.py shows a forked check says what a new one says."""
     record = find_step(GUIDE, step)
-    before = run_check(record, step_before(GUIDE, step))
-    after = run_check(record, step)
+    before = forked_check(record, step_before(GUIDE, step))
+    after = forked_check(record, step)
     assert not before.succeeded, f"{step}: the check already worked before the step: {before.output}"
     assert before.error, f"{step}: no error message before the step"
     assert BEFORE.get(step, "") in before.summary, f"{step}: the page would show {before.summary!r}"

@@ -1,6 +1,6 @@
 """The explorer on "toy", a second C++ PrivateUse1 backend (examples/toy) that is not sim.
 
-Each test runs a fresh interpreter that imports torch_toy explicitly (sim's autoload is off there).
+Each test runs a fresh process that imports torch_toy explicitly (sim's autoload is off there).
 The first tests check the fixture itself; the rest run every explorer function, command and widget on it.
 """
 from __future__ import annotations
@@ -15,15 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_python
+from tests.conftest import run_forked, run_python
 from tests.toy_backend import TOY_SOURCE, ToyBuildError, build_toy_backend, toy_library
 
 PRELUDE = "import json, os, torch, torch_toy\nassert not hasattr(torch, 'sim')\n"
 
 
 def run_toy(code: str, env: dict[str, str], timeout: float = 300, helpers: str = "") -> dict:
-    """Run `helpers` then `code` after importing torch_toy in a fresh process; returns the JSON it printed last."""
-    result = run_python(PRELUDE + textwrap.dedent(helpers) + textwrap.dedent(code), timeout=timeout, **env)
+    """Run `helpers` then `code` after importing torch_toy in a fresh process (forked from a template that has
+    imported torch); returns the JSON it printed last."""
+    result = run_forked(["-c", PRELUDE + textwrap.dedent(helpers) + textwrap.dedent(code)], timeout=timeout, **env)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 

@@ -181,7 +181,8 @@ def test_requests_that_differ_only_in_what_a_child_sets_again_share_a_template_a
     forked_rejects, fresh_rejects = ([line for line in run.stderr.splitlines() if line.startswith("Invalid -W option")]
                                      for run in (forked, fresh))
     assert forked_rejects == fresh_rejects and len(fresh_rejects) == (3 if "bogus" in warnings else 0)
-    forkserver.run(["-c", "pass"], dict(env, PYTHONWARNINGS="always", JPY_SESSION_NAME="x", SIM_MARK="other"), 60)
+    forkserver.run(["-c", "pass"], dict(env, PYTHONWARNINGS="always", JPY_SESSION_NAME="x", SIM_MARK="other",
+                                            PYTEST_CURRENT_TEST="another test (call)"), 60)
     assert len(forkserver.kept_templates()) <= max(before, 1)
 
 

@@ -1,5 +1,5 @@
 """The generated backend (`pu1-explorer new mydev`) through every public function of torch.accelerator: the
-scenarios that tests/backend/test_accelerator_api.py runs on sim, each in a fresh interpreter importing torch_mydev."""
+scenarios that tests/backend/test_accelerator_api.py runs on sim, each in a fresh process importing torch_mydev."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,7 @@ from tests.backend.accelerator_calls import SCENARIOS
 from tests.backend.test_accelerator_api import (assert_passed, pytorchs_binary_cross_entropy_refusal,
                                                 pytorchs_out_of_range_sentence, run_scenario)
 from tests.backend.test_streams_events import pytorchs_sentence
-from tests.conftest import run_python
+from tests.conftest import run_forked
 from tests.explorer.test_new_backend import vendor_backend  # noqa: F401  (the run's one build of mydev)
 from tests.vendor_backend import DEVICE
 
@@ -23,8 +23,9 @@ def test_the_generated_backend_answers_or_raises_pytorchs_error(vendor_backend, 
 
 
 def run_on_the_generated_backend(code: str, environment: dict[str, str]) -> dict:
-    """Run `code` (which prints one JSON line last) in a fresh interpreter that imports torch_mydev."""
-    result = run_python(f"import json, warnings, torch, torch_{DEVICE}\n" + textwrap.dedent(code), **environment)
+    """Run `code` (which prints one JSON line last) in a fresh process that imports torch_mydev."""
+    program = f"import json, warnings, torch, torch_{DEVICE}\n" + textwrap.dedent(code)
+    result = run_forked(["-c", program], **environment)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 

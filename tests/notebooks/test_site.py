@@ -20,8 +20,9 @@ import nbformat
 import pytest
 
 from pu1_docs.notebook_cache import NotebookCache
+from pu1_docs.page_load import CHROMIUM_FLAGS, site_pages
 from pu1_docs.serve_site import site_server
-from tests.browser import CHROMIUM_FLAGS, chromium_path
+from tests.browser import chromium_path
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "build" / "site-screenshots"
@@ -83,11 +84,6 @@ def served(site) -> str:
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}/"
     server.shutdown()
-
-
-def pages_of(site: Path) -> list[str]:
-    return sorted(str(path.relative_to(site).parent).replace(".", "") for path in site.rglob("index.html")
-                  if "assets" not in path.parts)
 
 
 class _Anchors(html.parser.HTMLParser):
@@ -193,13 +189,13 @@ def test_titles_keep_their_inline_code(site):
 
 
 def test_plotly_loads_only_on_pages_that_draw_and_never_blocks_the_first_paint(site):
-    for page in pages_of(site) + ["404.html"]:
+    for page in site_pages(site) + ["404.html"]:
         text = (site / page / "index.html" if not page.endswith(".html") else site / page).read_text()
         draws = 'class="plotly-graph-div"' in text
         assert ("plotly.min.js" in text) == draws, page
         if draws:
             assert '<script defer src="' in text.split("plotly.min.js")[0].rsplit("\n", 1)[-1], page
-    pages_without_figures = [page for page in pages_of(site)
+    pages_without_figures = [page for page in site_pages(site)
                              if 'class="plotly-graph-div"' not in (site / page / "index.html").read_text()]
     assert pages_without_figures, "every page draws: the plotly-free case is not tested"
 
@@ -211,7 +207,7 @@ def test_a_page_without_figures_weighs_at_most_1_5_mb(site):
         assets = re.findall(r'<script[^>]+src="([^"]+)"', text) + re.findall(r'<link[^>]+rel="stylesheet"[^>]+href="([^"]+)"', text)
         return len(text.encode()) + sum((page.parent / asset).resolve().stat().st_size for asset in assets
                                         if not urllib.parse.urlsplit(asset).scheme)
-    pages = [site / name / "index.html" for name in pages_of(site)]
+    pages = [site / name / "index.html" for name in site_pages(site)]
     heavy = {str(page.relative_to(site)): weight(page) for page in pages
              if 'class="plotly-graph-div"' not in page.read_text() and weight(page) > 1.5e6}
     assert heavy == {}
@@ -239,7 +235,7 @@ def test_the_sites_plotly_has_the_trace_types_its_figures_draw_and_a_figures_tem
             drawn |= types
             templated = set(layout.get("template", {}).get("data", {}))
             assert templated <= types, f"{page.relative_to(site)}: template defaults for {templated - types}"
-    assert figures >= len(pages_of(site)) // 2
+    assert figures >= len(site_pages(site)) // 2
     assert drawn - {"scatter"} == bundled  # scatter is in plotly.js's core
     script = (site / "assets" / "javascripts" / "plotly.min.js").read_text()
     assert set(re.findall(r'moduleType:"trace",name:"(\w+)"', script)) == bundled | {"scatter"}
@@ -298,7 +294,7 @@ def test_every_page_in_chromium_draws_without_errors_or_network_and_loads_at_mos
     problems: list[str] = []
     loads = {}
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS)
+        browser = playwright.chromium.launch(executable_path=chromium_path(), args=list(CHROMIUM_FLAGS))
         try:
             for viewport_name, viewport in VIEWPORTS.items():
                 folder = SCREENSHOTS / viewport_name
@@ -313,7 +309,7 @@ def test_every_page_in_chromium_draws_without_errors_or_network_and_loads_at_mos
                 page.on("request", lambda request: problems.append(f"{current['url']}: requested {request.url}")
                         if urllib.parse.urlsplit(request.url).hostname not in (None, "127.0.0.1")
                         and not request.url.startswith(("data:", "blob:")) else None)
-                for name in pages_of(site):
+                for name in site_pages(site):
                     current["url"] = served + name + ("/" if name else "")
                     visit(page, current["url"])
                     if viewport_name == "desktop":
@@ -340,7 +336,7 @@ def test_every_page_in_chromium_draws_without_errors_or_network_and_loads_at_mos
 
 def test_download_links_give_valid_notebooks(site, served):
     downloads = 0
-    for name in pages_of(site):
+    for name in site_pages(site):
         text = (site / name / "index.html").read_text()
         for href in parsed(site / name / "index.html").hrefs:
             if href.endswith(".ipynb") and f'href="{href}" download' in text:
@@ -354,7 +350,7 @@ def test_search_finds_the_allocator_page_and_the_dark_palette_toggles(served):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS)
+        browser = playwright.chromium.launch(executable_path=chromium_path(), args=list(CHROMIUM_FLAGS))
         try:
             page = browser.new_page(viewport=VIEWPORTS["desktop"])
             page.goto(served + "notebooks/01_quickstart/", wait_until="load")

@@ -7,7 +7,12 @@ where the server compressed) and `decodedBodySize` (what the browser had to pars
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterable
+
+# Chromium as the browser tests and the benchmark run it: headless in a container, no GPU, nothing fetched on its own
+CHROMIUM_FLAGS = ("--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--no-first-run", "--disable-quic")
 
 # Every figure of the page has drawn its SVG: plotly.js loaded, ran and laid the figure out.
 FIGURES_DRAWN = ("() => [...document.querySelectorAll('.plotly-graph-div')]"
@@ -19,6 +24,12 @@ MEASURE = """() => {
     return {transferred: sum('transferSize'), decoded: sum('decodedBodySize'), requests: entries.length,
             load_ms: navigation.loadEventEnd};
 }"""
+
+
+def site_pages(site: Path) -> list[str]:
+    """Every page of the built site at `site`, as its path under the site's root ("" for the home page)."""
+    return sorted(str(path.relative_to(site).parent).replace(".", "") for path in site.rglob("index.html")
+                  if "assets" not in path.parts)
 
 
 @dataclass(frozen=True)
@@ -49,7 +60,7 @@ def measured(page, page_path: str) -> PageLoad:
                     float(found["load_ms"]))
 
 
-def load_pages(base_url: str, pages: Iterable[str], chromium: str, flags: Iterable[str] = (),
+def load_pages(base_url: str, pages: Iterable[str], chromium: str, flags: Iterable[str] = CHROMIUM_FLAGS,
                viewport: dict[str, int] | None = None) -> list[PageLoad]:
     """Load each page (a path under `base_url`, "" for the home page) in a fresh context of Chromium at `chromium`."""
     from playwright.sync_api import sync_playwright

@@ -114,27 +114,31 @@ def kernel_environment() -> dict[str, str]:
     return environment
 
 
-def execute(source: Path) -> tuple[str, float, list[str]]:
-    """Execute one notebook into docs/notebooks (or reuse an identical earlier run); returns its problems."""
+def execute(source: Path, launched_kernel: bool = False) -> tuple[str, float, list[str]]:
+    """Execute one notebook into docs/notebooks (or reuse an identical earlier run); returns its problems.
+
+    `launched_kernel`: run it, even when an identical run is cached, in a kernel launched as JupyterLab launches one
+    instead of a forked one (the notebook tests do: the site they build then reuses their runs)."""
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
-    from pu1_docs.forked_kernel import KERNEL_NAME, ForkedKernelManager, local_sockets
+    from pu1_docs.forked_kernel import KERNEL_NAME, ForkedKernelManager, LaunchedKernelManager, local_sockets
 
     started = time.perf_counter()
     target = EXECUTED / source.name
-    cached = NOTEBOOKS.lookup(source)
+    cached = None if launched_kernel else NOTEBOOKS.lookup(source)
     if cached is not None:
         shutil.copyfile(cached, target)
         return source.name, 0.0, check_outputs(source.name, nbformat.read(cached, as_version=4))
     notebook = nbformat.read(source, as_version=4)
     with local_sockets() as config:  # the kernel talks to the build over local sockets, not TCP
-        # A fresh kernel, forked (see its module), killed as soon as its last cell has run: its outputs are in, and
-        # ipykernel 7.4's orderly shutdown sometimes waits for an output thread it has already stopped, until
-        # jupyter_client sends SIGTERM 2.5 s later.
-        client = NotebookClient(notebook, timeout=CELL_TIMEOUT, kernel_name=KERNEL_NAME, allow_errors=False,
+        # A fresh kernel, forked (see its module) or launched, killed as soon as its last cell has run: its outputs
+        # are in, and ipykernel 7.4's orderly shutdown sometimes waits for an output thread it has already stopped,
+        # until jupyter_client sends SIGTERM 2.5 s later.
+        kernel = ("python3", LaunchedKernelManager) if launched_kernel else (KERNEL_NAME, ForkedKernelManager)
+        client = NotebookClient(notebook, timeout=CELL_TIMEOUT, kernel_name=kernel[0], allow_errors=False,
                                 resources={"metadata": {"path": str(SOURCE)}}, config=config,
-                                kernel_manager_class=ForkedKernelManager, shutdown_kernel="immediate")
+                                kernel_manager_class=kernel[1], shutdown_kernel="immediate")
         try:
             client.execute(env=kernel_environment())
         except CellExecutionError as error:

@@ -41,6 +41,16 @@ def load_hook(name: str):
     return module
 
 
+def left_behind(scratch: Path) -> list[str]:
+    """What processes told to keep their temporary files in `scratch` (TMPDIR) left there, but for inductor's
+    precompiled headers, which it keeps in the temporary folder whatever its cache folder is."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    inductor = Path(default_cache_dir().replace(tempfile.gettempdir(), str(scratch), 1))
+    return sorted(str(path.relative_to(scratch)) for path in scratch.rglob("*")
+                  if path != inductor and inductor not in path.parents)
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     """The site, built strictly by the real mkdocs build as `make docs` builds it (or, while working on
@@ -67,10 +77,7 @@ def site(tmp_path_factory) -> Path:
                                    cwd=ROOT, capture_output=True, text=True, timeout=1800, env=environment)
             log.write_text(build.stderr)
             assert build.returncode == 0, build.stderr[-3000:]
-            # inductor keeps its precompiled headers in the temporary folder whatever its cache folder is
-            inductor = Path(default_cache_dir().replace(tempfile.gettempdir(), str(scratch), 1))
-            left = sorted(str(path.relative_to(scratch)) for path in scratch.rglob("*")
-                          if path != inductor and inductor not in path.parents)
+            left = left_behind(scratch)
             assert not left, f"the build left temporary files behind: {', '.join(left)}"
     assert "without encryption" not in log.read_text(), "a notebook kernel talked to the build over TCP"
     return folder

@@ -101,6 +101,14 @@ class ForkedKernelManager(AsyncKernelManager):
         return KernelSpecManager(kernel_dirs=[str(KERNELS)])
 
 
+class LaunchedKernelManager(AsyncKernelManager):
+    """An `AsyncKernelManager` of the kernel JupyterLab launches (`python3`, a new interpreter) whose client rechecks
+    its sockets: the notebook tests' kernel."""
+
+    kernel_name = Unicode("python3")
+    client_factory = Type(RecheckingKernelClient, klass=AsyncKernelClient, config=True)
+
+
 @contextlib.contextmanager
 def local_sockets() -> Iterator[Config]:
     """A Jupyter client configuration whose kernel talks over local (IPC) sockets, not TCP, in a temporary folder of

@@ -150,6 +150,7 @@ def execute(source: Path, launched_kernel: bool = False) -> tuple[str, float, li
     # Widgets display as HTML in static mode; their model state is of no use to the page, and
     # with it the page would load the widget manager from the network.
     notebook.metadata.pop("widgets", None)
+    target.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(notebook, target)
     NOTEBOOKS.store(source, target)
     return source.name, time.perf_counter() - started, check_outputs(source.name, notebook)

@@ -42,7 +42,7 @@ def run_scenario(name: str, *module: str, environment: dict[str, str] | None = N
 def assert_passed(result: subprocess.CompletedProcess) -> None:
     """The scenario printed "ok" and exited normally; a signal (a crash) is named as such."""
     if result.returncode < 0:
-        pytest.fail(f"the interpreter crashed with {signal.Signals(-result.returncode).name}:\n{result.stderr[-3000:]}")
+        pytest.fail(f"the process crashed with {signal.Signals(-result.returncode).name}:\n{result.stderr[-3000:]}")
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
 
 

@@ -87,22 +87,88 @@ def training_step(name: str, device: str, compiled: bool = False) -> Callable[[]
     return run
 
 
+def hugging_face_training_step(model: torch.nn.Module, batch: dict[str, torch.Tensor],
+                               device: str) -> Callable[[], object]:
+    """One AdamW step of a Hugging Face model on `batch` (the model computes its own loss from the batch's labels)."""
+    model = model.to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    batch = {key: value.to(device) for key, value in batch.items()}
+
+    def run() -> object:
+        optimizer.zero_grad()
+        loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return run
+
+
 def gpt2_training_step(device: str) -> Callable[[], object]:
     """One AdamW step of a small-config Hugging Face GPT-2 (random weights, tied head)."""
     import transformers
 
     config = transformers.GPT2Config(vocab_size=128, n_positions=32, n_embd=64, n_layer=2, n_head=4)
     torch.manual_seed(0)
-    model = transformers.GPT2LMHeadModel(config).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    tokens = torch.randint(0, 128, (4, 32), generator=torch.Generator().manual_seed(0)).to(device)
+    tokens = torch.randint(0, 128, (4, 32), generator=torch.Generator().manual_seed(0))
+    return hugging_face_training_step(transformers.GPT2LMHeadModel(config), {"input_ids": tokens, "labels": tokens},
+                                      device)
+
+
+def bert_training_step(device: str) -> Callable[[], object]:
+    """One AdamW step of a small-config Hugging Face BERT classifying sequences (random weights)."""
+    import transformers
+
+    config = transformers.BertConfig(vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=128, max_position_embeddings=32, num_labels=4)
+    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(0)
+    batch = {"input_ids": torch.randint(0, 128, (4, 32), generator=generator),
+             "labels": torch.randint(0, 4, (4,), generator=generator)}
+    return hugging_face_training_step(transformers.BertForSequenceClassification(config), batch, device)
+
+
+def vit_training_step(device: str) -> Callable[[], object]:
+    """One AdamW step of a small-config Hugging Face ViT classifying 32x32 images (random weights)."""
+    import transformers
+
+    config = transformers.ViTConfig(image_size=32, patch_size=8, num_channels=3, hidden_size=64, num_hidden_layers=2,
+                                    num_attention_heads=4, intermediate_size=128, num_labels=10)
+    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(0)
+    batch = {"pixel_values": torch.randn(4, 3, 32, 32, generator=generator),
+             "labels": torch.randint(0, 10, (4,), generator=generator)}
+    return hugging_face_training_step(transformers.ViTForImageClassification(config), batch, device)
+
+
+OPTIMIZERS = {"AdamW": torch.optim.AdamW, "Adam": torch.optim.Adam, "SGD": torch.optim.SGD}
+
+
+def optimizer_step(name: str, implementation: str, device: str) -> Callable[[], object]:
+    """One step of an optimizer (`foreach` or `fused`) over 20 parameters of 128x128 with fixed gradients."""
+    generator = torch.Generator().manual_seed(0)
+    parameters = [torch.randn(128, 128, generator=generator).to(device).requires_grad_() for _ in range(20)]
+    for parameter in parameters:
+        parameter.grad = torch.randn(128, 128, generator=generator).to(device)
+    options = {"momentum": 0.9} if name == "SGD" else {}
+    optimizer = OPTIMIZERS[name](parameters, lr=1e-3, **{implementation: True}, **options)
 
     def run() -> object:
-        optimizer.zero_grad()
-        loss = model(input_ids=tokens, labels=tokens).loss
-        loss.backward()
         optimizer.step()
-        return loss
+        return parameters[0]
+
+    return run
+
+
+def device_copies(device: str, size: int = 1024, count: int = 100) -> Callable[[], object]:
+    """`count` copies of a size x size float32 tensor into another one on the same device (`copy_`)."""
+    source = torch.randn(size, size, device=device)
+    destination = torch.empty(size, size, device=device)
+
+    def run() -> object:
+        for _ in range(count):
+            destination.copy_(source)
+        return destination
 
     return run
 
@@ -130,13 +196,22 @@ def main() -> int:
     for name, label, target in (("mlp", "small MLP", "<= 1.1x"), ("cnn", "small CNN", "<= 2x"),
                                 ("transformer", "transformer encoder layer", "<= 1.1x")):
         compare(f"one training step, {label} (SGD)", Work("backend_speed", "training_step", {"name": name}), target)
-    compare("one training step, small-config GPT-2 (AdamW)", Work("backend_speed", "gpt2_training_step"), "<= 1.1x")
+    compare("100 device-to-device copies, 1024x1024 float32 (copy_)", Work("backend_speed", "device_copies"),
+            "<= 1.1x", **few)
+    for model in ("GPT-2", "BERT", "ViT"):
+        compare(f"one training step, small-config {model} (Hugging Face, AdamW)",
+                Work("backend_speed", f"{model.replace('-', '').lower()}_training_step"), "<= 1.1x")
     for kind in ("LSTM", "GRU", "RNN"):
         compare(f"one training step, 2-layer nn.{kind} (AdamW)",
                 Work("backend_speed", "recurrent_training_step", {"kind": kind}), "<= 1.1x")
+    for name in OPTIMIZERS:
+        for implementation in ("foreach", "fused"):
+            compare(f"one {name} step, {implementation}=True, 20 parameters of 128x128",
+                    Work("backend_speed", "optimizer_step", {"name": name, "implementation": implementation}),
+                    "<= 1.1x")
 
     print(f"\ntorch {torch.__version__}, {torch.get_num_threads()} threads, sim memory {memory}; {METHOD} "
-          f"(the first three rows: {few['calls']} calls a round)\n")
+          f"(the rows of 100 or 1,000 operations: {few['calls']} calls a round)\n")
     print(f"| {'workload':78s} | {'CPU eager, ms (spread)':>24s} | {'sim, ms (spread)':>24s} | ratio | target |")
     print(f"|{'-' * 80}|{'-' * 26}:|{'-' * 26}:|------:|--------|")
     for label, cpu, sim, target in rows:

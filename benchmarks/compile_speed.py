@@ -19,7 +19,7 @@ def main() -> int:
     print("| model | compiled, sim (ms) | compiled, CPU (ms) | ratio (target <= 1.2x) | eager, sim (ms) | eager, CPU (ms) "
           "| eager ratio |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    for name, label in (("mlp", "small MLP"), ("transformer", "transformer encoder layer")):
+    for name, label in (("mlp", "small MLP"), ("cnn", "small CNN"), ("transformer", "transformer encoder layer")):
         timings = alternating({
             f"{device} {'compiled' if compiled else 'eager'}":
                 (device, Work("backend_speed", "training_step", {"name": name, "compiled": compiled}))

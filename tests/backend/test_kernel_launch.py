@@ -1,5 +1,6 @@
 """Step 5: sim's kernels are launches on its driver's streams: they run on the driver's executor, after the work
 queued before them, while the host goes on (backend/torch_sim/csrc/operators_launch.cpp)."""
+import os
 import threading
 import time
 
@@ -77,6 +78,38 @@ def test_the_callers_intra_op_threads_reach_the_device():
         torch.set_num_threads(before)
         torch.sim.set_fallback_policy("warn")
     assert seen == [1, before]
+
+
+def sims_threads() -> int:
+    """How many threads of this process are the driver's executor or its OpenMP team (which take its name)."""
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as comm:
+                names.append(comm.read().strip())
+        except FileNotFoundError:  # the thread ended while we looked
+            pass
+    return names.count("sim-executor")
+
+
+def wait_until(condition, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return condition()
+
+
+def test_the_executor_and_its_openmp_team_end_once_the_device_is_idle():
+    """A second OpenMP team beside the host's slows every parallel region in the process; sim's lives only while
+    its device has work (backend/simdriver/src/stream.cpp, kRetireAfter)."""
+    x = torch.randn(1024, 1024, device="sim")
+    x * x  # parallel on the executor: its own OpenMP team
+    torch.sim.device_sleep(LONG_MS)
+    team = 2 if torch.get_num_threads() > 1 else 1
+    assert wait_until(lambda: sims_threads() >= team, LONG_MS / 1000), "the executor runs the queued work"
+    torch.sim.synchronize()
+    assert wait_until(lambda: sims_threads() == 0, 10), "the executor outlived the device's work"
+    assert torch.equal((x + 1).cpu(), x.cpu() + 1), "the next launch starts the executor again"
 
 
 def test_a_warning_raised_in_a_kernel_reaches_python():

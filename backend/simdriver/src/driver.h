@@ -109,8 +109,9 @@ struct Driver {
   std::map<uintptr_t, size_t> pinned;  // simMallocHost blocks: start -> bytes
   unsigned long long next_stream_id = 0;
   uint64_t serve_counter = 0;
-  std::thread executor;
+  std::thread executor;               // the running executor, or the last one, which retired
   bool executor_started = false;     // at the first device's activation
+  bool executor_running = false;     // false once it retired (kRetireAfter without work), until a submission
   std::atomic<bool> stopping{false};  // the process is exiting: no new work
   bool executor_stopped = false;
   std::string running_task;       // the name of the task the executor runs, for the exit message

@@ -5,6 +5,12 @@
 // mutex released; a stream whose first task waits for an event that has not completed is not
 // ready, so it holds back no other stream. Callers that wait (synchronize, synchronous copies)
 // sleep on a condition variable the executor signals after every task.
+//
+// The executor ends once every queue has been empty for kRetireAfter, and the next submission starts
+// another. Kernels that parallelise with OpenMP give the executor a thread team of its own, and a
+// team lives as long as its thread: while two teams live on a machine with few cores, libgomp stops
+// letting every team's workers spin between parallel regions, so the host's own parallel work would
+// keep paying for a device that has gone idle.
 #include "driver.h"
 
 #include <pthread.h>
@@ -24,6 +30,7 @@ constexpr auto kExitGrace = std::chrono::seconds(3);
 // Before the executor sleeps, and before a caller sleeps on unfinished work, each watches for a moment for
 // what it waits for: a launch and a wait that find each other in time cost no wake-up of a sleeping thread.
 constexpr auto kSpin = std::chrono::microseconds(50);
+constexpr auto kRetireAfter = std::chrono::milliseconds(20);
 
 // Releases `lock` and waits up to kSpin for `counter` to move from `seen`; returns with `lock` held.
 void spin_on(std::unique_lock<std::mutex>& lock, const std::atomic<uint64_t>& counter, uint64_t seen) {
@@ -86,7 +93,13 @@ int run_outside_lock(Task& task, std::string* detail) {
   }
 }
 
-void executor_main() {
+bool every_queue_empty(const Driver& state) {
+  return std::all_of(state.streams.begin(), state.streams.end(),
+                     [](const std::shared_ptr<simStream_st>& stream) { return stream->queue.empty(); });
+}
+
+void executor_main(std::thread previous) {
+  if (previous.joinable()) previous.join();  // the executor that retired before this one started
   t_on_executor = true;
   Driver& state = driver();
   std::unique_lock<std::mutex> lock(state.mutex);
@@ -103,7 +116,11 @@ void executor_main() {
       }
       spun = false;
       simdriver::close_device_memory();
-      state.work.wait(lock);
+      if (state.work.wait_for(lock, kRetireAfter) == std::cv_status::timeout && !state.stopping.load() &&
+          next_ready_stream(state, &progressed) == nullptr && every_queue_empty(state)) {
+        state.executor_running = false;
+        return;
+      }
       continue;
     }
     spun = false;
@@ -186,10 +203,12 @@ std::shared_ptr<simStream_st> resolve_stream(simStream_t stream, simStatus_t* st
 }
 
 uint64_t submit(const std::shared_ptr<simStream_st>& stream, Task task) {
+  Driver& state = driver();
   stream->queue.push_back(std::move(task));
   stream->submitted += 1;
-  driver().submissions.fetch_add(1, std::memory_order_release);
-  driver().work.notify_one();
+  state.submissions.fetch_add(1, std::memory_order_release);
+  if (!state.executor_running && !state.stopping.load()) start_executor();
+  state.work.notify_one();
   return stream->submitted;
 }
 
@@ -229,8 +248,9 @@ simStatus_t finish_submission(std::unique_lock<std::mutex>& lock, const std::sha
 
 void start_executor() {
   Driver& state = driver();
-  state.executor = std::thread(executor_main);
+  state.executor = std::thread(executor_main, std::move(state.executor));
   pthread_setname_np(state.executor.native_handle(), "sim-executor");
+  state.executor_running = true;
 }
 
 void stop_executor_at_exit() {
@@ -246,6 +266,7 @@ void stop_executor_at_exit() {
     }
     state.work.notify_all();
     if (t_on_executor) return;  // exit() called by a kernel: the executor stops after it
+    if (!state.executor_running) state.executor_stopped = true;  // it retired: only its join is left
     stopped = state.done.wait_for(lock, kExitGrace, [&] { return state.executor_stopped; });
     if (!stopped)
       std::fprintf(stderr,

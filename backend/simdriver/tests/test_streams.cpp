@@ -1,8 +1,13 @@
 // Streams and the executor: order within a stream, interleaving across streams, priorities, the
-// one executor thread, launches that return before their kernel ran, and SIM_LAUNCH_BLOCKING.
+// one executor thread, its end when the device is idle, launches that return before their kernel
+// ran, and SIM_LAUNCH_BLOCKING.
 #include "harness.h"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <filesystem>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -47,13 +52,28 @@ size_t position(const std::vector<std::string>& entries, const std::string& labe
 struct Threads {
   std::mutex mutex;
   std::set<std::thread::id> ids;
+  std::atomic<int> running{0};
+  std::atomic<int> most_running{0};
+  std::atomic<long> last_task_id{0};  // the kernel's thread, as /proc/self/task names it
 };
 
 int thread_id_kernel(void* args) {
   auto* threads = *static_cast<Threads**>(args);
-  std::lock_guard<std::mutex> lock(threads->mutex);
-  threads->ids.insert(std::this_thread::get_id());
+  const int running = threads->running.fetch_add(1) + 1;
+  int most = threads->most_running.load();
+  while (running > most && !threads->most_running.compare_exchange_weak(most, running)) {
+  }
+  {
+    std::lock_guard<std::mutex> lock(threads->mutex);
+    threads->ids.insert(std::this_thread::get_id());
+  }
+  threads->last_task_id = static_cast<long>(syscall(SYS_gettid));
+  threads->running.fetch_sub(1);
   return 0;
+}
+
+bool thread_is_alive(long task_id) {
+  return std::filesystem::exists("/proc/self/task/" + std::to_string(task_id));
 }
 
 struct Flag {
@@ -176,7 +196,7 @@ TEST(a_higher_priority_stream_runs_first) {
   for (auto* stream : {held, low, high}) CHECK_OK(simStreamDestroy(stream));
 }
 
-TEST(one_executor_thread_runs_every_kernel) {
+TEST(one_executor_thread_at_a_time_runs_every_kernel_and_never_a_host_thread) {
   auto& threads = harness::kept<Threads>();
   Threads* pointer = &threads;
   std::vector<std::thread> launchers;
@@ -202,9 +222,28 @@ TEST(one_executor_thread_runs_every_kernel) {
   }
   for (auto& launcher : launchers) launcher.join();
   for (simStatus_t status : results) CHECK_OK(status);
+  CHECK(threads.most_running.load() == 1);
   std::lock_guard<std::mutex> lock(threads.mutex);
-  CHECK(threads.ids.size() == 1);
-  CHECK(host_threads.count(*threads.ids.begin()) == 0);
+  CHECK(!threads.ids.empty());
+  for (const auto& id : threads.ids) CHECK(host_threads.count(id) == 0);
+}
+
+// The executor's thread, and any OpenMP team its kernels started, does not outlive the device's work by long.
+TEST(the_executor_ends_once_every_stream_is_idle_and_the_next_launch_starts_another) {
+  auto& threads = harness::kept<Threads>();
+  Threads* pointer = &threads;
+  CHECK_OK(simLaunchKernel(nullptr, "thread_id", thread_id_kernel, &pointer, sizeof pointer, nullptr));
+  CHECK_OK(simDeviceSynchronize());
+  const long first = threads.last_task_id.load();
+  CHECK(first != 0);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (thread_is_alive(first) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(!thread_is_alive(first));
+  threads.last_task_id = 0;
+  CHECK_OK(simLaunchKernel(nullptr, "thread_id", thread_id_kernel, &pointer, sizeof pointer, nullptr));
+  CHECK_OK(simDeviceSynchronize());
+  CHECK(threads.last_task_id.load() != 0);
 }
 
 TEST(a_launch_returns_before_its_kernel_runs) {

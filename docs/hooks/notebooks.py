@@ -262,13 +262,42 @@ def _toc_entries(items):
         yield from _toc_entries(item.children)
 
 
+# What the search index leaves out of a notebook page: the input prompts, the copy button's text and its hidden
+# second copy of each cell's code, and cell outputs (computed data: tables of operators, traces, listings).
+_SEARCH_NOISE = re.compile(r'<div class="(?:jp-InputPrompt[^"]*|zeroclipboard-container|clipboard-copy-txt)"')
+_OUTPUT_WRAPPER = '<div class="jp-Cell-outputWrapper">'
+_DIV_TAG = re.compile(r"<div\b|</div>")
+
+
+def without_outputs_in_search(html: str) -> str:
+    """Marks a notebook page's prompts, copy buttons and outputs `data-search-exclude`. Material's search parser
+    compares elements by tag name, so an excluded element's exclusion ends at the first closing tag of its name: an
+    output wrapper, whose children are <div>s too, becomes a <pu1-outputs> element (styled by its class alone)."""
+    html = _SEARCH_NOISE.sub(lambda match: match.group(0) + " data-search-exclude", html)
+    pieces, position = [], 0
+    while (start := html.find(_OUTPUT_WRAPPER, position)) != -1:
+        depth = 0
+        for tag in _DIV_TAG.finditer(html, start):
+            depth += 1 if tag.group(0) == "<div" else -1
+            if depth == 0:
+                break
+        else:
+            return "".join(pieces) + html[position:]  # unbalanced: leave the rest as it is
+        pieces += [html[position:start], '<pu1-outputs class="jp-Cell-outputWrapper" data-search-exclude>',
+                   html[start + len(_OUTPUT_WRAPPER):tag.start()], "</pu1-outputs>"]
+        position = tag.end()
+    return "".join(pieces) + html[position:]
+
+
 def on_page_content(html: str, page, config, files, **kwargs) -> str:
     """Figures draw once the deferred plotly.js is there; a notebook page keeps the code in its
-    title, and its links to other notebooks and pages lead to those pages."""
+    title, its links to other notebooks and pages lead to those pages, and search indexes its prose and code
+    but not its outputs."""
     html = _FIGURE_SCRIPT.sub(lambda match: f'<script{match.group(1)}>document.addEventListener("DOMContentLoaded", '
                                             f'function () {{{match.group(2)}}});</script>', html)
     if not page.file.src_uri.endswith(".ipynb"):
         return html
+    html = without_outputs_in_search(html)
     # mkdocs-jupyter makes the title and the table of contents from headings with their code left
     # out, so their anchors miss the headings' real ids: take both from the page's own headings.
     headings = _HEADING.findall(html)

@@ -195,6 +195,27 @@ def test_titles_keep_their_inline_code(site):
     assert titles["notebooks/03_device_generic_tests/"].startswith("Device-generic tests: PyTorch's OpInfo tests on sim")
 
 
+def test_the_search_exclusion_keeps_a_nested_output_whole_and_changes_nothing_else():
+    hook = load_hook("notebooks")
+    page = ('<div class="jp-Cell"><div class="jp-InputPrompt jp-InputArea-prompt">In [1]:</div><pre>x = 1</pre></div>'
+            '<div class="jp-Cell-outputWrapper"><div class="a"><div>out</div></div>tail</div><p>after</p>')
+    assert hook.without_outputs_in_search(page) == (
+        '<div class="jp-Cell"><div class="jp-InputPrompt jp-InputArea-prompt" data-search-exclude>In [1]:</div>'
+        '<pre>x = 1</pre></div><pu1-outputs class="jp-Cell-outputWrapper" data-search-exclude><div class="a">'
+        '<div>out</div></div>tail</pu1-outputs><p>after</p>')
+    unbalanced = '<div class="jp-Cell-outputWrapper"><div>never closed'
+    assert hook.without_outputs_in_search(unbalanced) == unbalanced
+
+
+def test_search_indexes_a_notebooks_prose_and_code_but_not_its_outputs(site):
+    index = json.loads((site / "search" / "search_index.json").read_text())
+    text = " ".join(entry["text"] for entry in index["docs"] if entry["location"].startswith("notebooks/05_coverage/"))
+    assert "Coverage answers a vendor" in text and 'CoverageExplorer(device="sim")' in text
+    assert "aten::__and__.Scalar" in (site / "notebooks" / "05_coverage" / "index.html").read_text()
+    assert "aten::__and__.Scalar" not in text, "a row of the coverage table, an output, is in the index"
+    assert not any(noise in text for noise in ("Out[", "In\xa0[", "Copied!"))
+
+
 def test_plotly_loads_only_on_pages_that_draw_and_never_blocks_the_first_paint(site):
     for page in site_pages(site) + ["404.html"]:
         text = (site / page / "index.html" if not page.endswith(".html") else site / page).read_text()

@@ -89,7 +89,7 @@ def sims_threads() -> int:
                 names.append(comm.read().strip())
         except FileNotFoundError:  # the thread ended while we looked
             pass
-    return names.count("sim-executor")
+    return names.count("sim-executor"[:15])  # Linux keeps 15 characters of a thread's name
 
 
 def wait_until(condition, seconds: float) -> bool:

@@ -249,7 +249,8 @@ simStatus_t finish_submission(std::unique_lock<std::mutex>& lock, const std::sha
 void start_executor() {
   Driver& state = driver();
   state.executor = std::thread(executor_main, std::move(state.executor));
-  pthread_setname_np(state.executor.native_handle(), "sim-executor");
+  // Linux keeps at most 15 characters of a thread's name and refuses a longer one.
+  pthread_setname_np(state.executor.native_handle(), std::string("sim-executor").substr(0, 15).c_str());
   state.executor_running = true;
 }
 

@@ -1,5 +1,4 @@
 """The notebooks: committed without outputs, and each one runs top to bottom in a fresh kernel, logging nothing."""
-import os
 import subprocess
 import sys
 import time
@@ -38,12 +37,10 @@ def test_notebook_runs_top_to_bottom(notebook, tmp_path, monkeypatch):
     page cannot show. It goes into the docs build's cache of executed notebooks, so the site that test_site.py builds
     on this worker renders these runs instead of executing every notebook again. The kernel leaves no temporary
     file behind."""
-    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    from tests.notebooks.test_site import left_behind, load_hook, scratch_environment
 
-    from tests.notebooks.test_site import left_behind, load_hook
-
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", os.environ.get("TORCHINDUCTOR_CACHE_DIR", default_cache_dir()))
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    for name, value in scratch_environment(tmp_path).items():
+        monkeypatch.setenv(name, value)
     hook = load_hook("notebooks")
     name, _, problems = hook.execute(notebook, launched_kernel=True)
     assert problems == []

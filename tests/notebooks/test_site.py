@@ -1,4 +1,5 @@
 """The docs site: the real strict build, served on 127.0.0.1 and visited page by page in Chromium."""
+import getpass
 import gzip
 import html.parser
 import importlib.util
@@ -41,12 +42,23 @@ def load_hook(name: str):
     return module
 
 
+def inductor_folder(temporary_folder: str) -> Path:
+    """Where torch.compile keeps its cache when TORCHINDUCTOR_CACHE_DIR is unset: torch's documented default,
+    `torchinductor_<user>` in the temporary folder."""
+    return Path(temporary_folder) / f"torchinductor_{getpass.getuser()}"
+
+
+def scratch_environment(scratch: Path) -> dict[str, str]:
+    """The variables that send processes' temporary files to `scratch` (TMPDIR), which a test then checks is empty,
+    while torch.compile's cache stays where it was (TORCHINDUCTOR_CACHE_DIR, or its default)."""
+    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR", str(inductor_folder(tempfile.gettempdir())))
+    return {"TMPDIR": str(scratch), "TORCHINDUCTOR_CACHE_DIR": cache}
+
+
 def left_behind(scratch: Path) -> list[str]:
     """What processes told to keep their temporary files in `scratch` (TMPDIR) left there, but for inductor's
     precompiled headers, which it keeps in the temporary folder whatever its cache folder is."""
-    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-
-    inductor = Path(default_cache_dir().replace(tempfile.gettempdir(), str(scratch), 1))
+    inductor = inductor_folder(str(scratch))
     return sorted(str(path.relative_to(scratch)) for path in scratch.rglob("*")
                   if path != inductor and inductor not in path.parents)
 
@@ -66,13 +78,10 @@ def site(tmp_path_factory) -> Path:
     folder, log = shared / "site", shared / "site-build.log"
     with FileLock(str(shared / "site.lock")):
         if not (folder / "index.html").is_file():
-            from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-
             # the build's temporary files go to a folder of their own, which must be empty once it is done
             scratch = shared / "site-build-tmp"
             scratch.mkdir()
-            environment = dict(os.environ, NO_MKDOCS_2_WARNING="1", TMPDIR=str(scratch),
-                               TORCHINDUCTOR_CACHE_DIR=os.environ.get("TORCHINDUCTOR_CACHE_DIR", default_cache_dir()))
+            environment = dict(os.environ, NO_MKDOCS_2_WARNING="1", **scratch_environment(scratch))
             build = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(folder)],
                                    cwd=ROOT, capture_output=True, text=True, timeout=1800, env=environment)
             log.write_text(build.stderr)

@@ -117,7 +117,8 @@ void executor_main(std::thread previous) {
       spun = false;
       simdriver::close_device_memory();
       if (state.work.wait_for(lock, kRetireAfter) == std::cv_status::timeout && !state.stopping.load() &&
-          next_ready_stream(state, &progressed) == nullptr && every_queue_empty(state)) {
+          every_queue_empty(state)) {
+        next_ready_stream(state, &progressed);  // with every queue empty: only forgets destroyed streams
         state.executor_running = false;
         return;
       }

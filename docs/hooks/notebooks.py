@@ -114,11 +114,11 @@ def kernel_environment() -> dict[str, str]:
     return environment
 
 
-def execute(source: Path, launched_kernel: bool = False) -> tuple[str, float, list[str]]:
-    """Execute one notebook into docs/notebooks (or reuse an identical earlier run); returns its problems.
+def execute(source: Path, launched_kernel: bool = False, reuse: bool = True) -> tuple[str, float, list[str]]:
+    """Execute one notebook into docs/notebooks (or, with `reuse`, reuse an identical earlier run); returns its problems.
 
-    `launched_kernel`: run it, even when an identical run is cached, in a kernel launched as JupyterLab launches one
-    instead of a forked one (the notebook tests do: the site they build then reuses their runs)."""
+    `launched_kernel`: run it in a kernel launched as JupyterLab launches one instead of a forked one (the notebook
+    tests do, without `reuse`: the site they build then reuses their runs)."""
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
@@ -126,7 +126,7 @@ def execute(source: Path, launched_kernel: bool = False) -> tuple[str, float, li
 
     started = time.perf_counter()
     target = EXECUTED / source.name
-    cached = None if launched_kernel else NOTEBOOKS.lookup(source)
+    cached = NOTEBOOKS.lookup(source) if reuse else None
     if cached is not None:
         shutil.copyfile(cached, target)
         return source.name, 0.0, check_outputs(source.name, nbformat.read(cached, as_version=4))

@@ -8,7 +8,7 @@ from pu1_explorer.widgets import (CoverageExplorer, DispatchTable, DispatchVisua
                               MemoryMonitor, guide_step)
 from pu1_explorer.baselines import baseline
 from pu1_explorer.op_coverage import core_operators
-from pu1_explorer.widgets.figures import compare_figure, trace_figure
+from pu1_explorer.widgets.figures import WEBGL_ABOVE_HOPS, compare_figure, trace_figure
 from pu1_explorer.widgets.base import escape
 from torch_sim import GUIDE
 
@@ -211,6 +211,15 @@ def test_big_traces_are_cut_to_the_drawing_limit():
     assert trace_figure(widget.traces[0], max_hops=100).layout.title.text.startswith("Dispatcher trace on sim")
 
 
+def test_a_trace_draws_as_svg_up_to_plotly_expresss_webgl_threshold_and_with_webgl_above_it():
+    """SVG needs no WebGL context (slow to start, and a browser allows only a few at once); a long trace keeps WebGL."""
+    widget = DispatchVisualizer("for _ in range(600): torch.ones(2, device=device).neg()", compare_with=None)
+    trace = widget.traces[0]
+    assert len(trace.hops) > WEBGL_ABOVE_HOPS
+    assert {part.type for part in marker_traces(trace_figure(trace, max_hops=WEBGL_ABOVE_HOPS))} == {"scatter"}
+    assert {part.type for part in marker_traces(trace_figure(trace))} == {"scattergl"}
+
+
 def test_the_legend_keeps_what_the_remaining_markers_mean_when_decompositions_collapse():
     widget = DispatchVisualizer(compare_with=None)
     figure = widget.figure()
@@ -282,6 +291,8 @@ def test_the_coverage_page_lists_every_overload_with_a_search_box(monkeypatch):
     page = widget.static_html()
     assert page.count("<tr><td><code style='white-space:nowrap'>") == len(widget.snapshot.rows) > 2000
     assert "type='search'" in page and "oninput=" in page
+    # its thousands of rows are laid out only once the box scrolls into view, not while the page loads
+    assert "content-visibility:auto" in page.split("<table>")[0].rsplit("<div", 1)[1]
     assert "sim has its own kernel for" in page and escape("of CUDA's") in page
 
 

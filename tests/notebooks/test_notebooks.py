@@ -42,7 +42,7 @@ def test_notebook_runs_top_to_bottom(notebook, tmp_path, monkeypatch):
     for name, value in scratch_environment(tmp_path).items():
         monkeypatch.setenv(name, value)
     hook = load_hook("notebooks")
-    name, _, problems = hook.execute(notebook, launched_kernel=True)
+    name, _, problems = hook.execute(notebook, launched_kernel=True, reuse=False)
     assert problems == []
     # the kernel was killed after its last cell; the fork server it started looks for it every second, then goes
     deadline = time.monotonic() + 30

@@ -21,7 +21,9 @@ def rows_table(rows, limit: int = TABLE_ROWS, cuda_kernels: frozenset[str] = fro
         f"<td>{'kernel' if row.operator in cuda_kernels else ''}</td>"
         f"<td>{'core' if row.core else ''}</td></tr>" for row in rows[:limit])
     more = f"<p>… and {len(rows) - limit} more</p>" if len(rows) > limit else ""
-    return ("<div style='max-height:22em;overflow:auto'><table><thead><tr><th>operator</th><th>backend key</th>"
+    # content-visibility: a browser lays out a table of thousands of rows only once it scrolls into view
+    return ("<div style='max-height:22em;overflow:auto;content-visibility:auto;contain-intrinsic-block-size:auto 22em'>"
+            "<table><thead><tr><th>operator</th><th>backend key</th>"
             "<th>transitive</th><th>autograd key</th><th>autocast key</th><th>CUDA</th><th></th></tr></thead>"
             f"<tbody>{body}</tbody></table></div>{more}")
 

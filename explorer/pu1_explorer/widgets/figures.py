@@ -45,12 +45,18 @@ def _marker_size(hops: int) -> float:
     return max(6.0, min(14.0, 900 / max(hops, 1)))
 
 
+# plotly express's own threshold for drawing a scatter with WebGL (render_mode="auto")
+WEBGL_ABOVE_HOPS = 1000
+
+
 def _add_trace_panel(figure: go.Figure, recorded: Trace, row: int, max_hops: int) -> list[str]:
     """Draw one trace into `figure`; returns the visibility group of every plotly trace added."""
     hops = recorded.hops[:max_hops]
     lanes = lane_order([hop.key for hop in hops])
     position = {hop.index: step for step, hop in enumerate(hops)}
     size = _marker_size(len(hops))
+    # SVG markers draw at once and need no WebGL context; only a long trace needs WebGL to stay responsive
+    points = go.Scattergl if len(hops) > WEBGL_ABOVE_HOPS else go.Scatter
     groups: list[str] = []
     edges_x: list = []
     edges_y: list = []
@@ -59,7 +65,7 @@ def _add_trace_panel(figure: go.Figure, recorded: Trace, row: int, max_hops: int
             parent = recorded.hops[hop.parent]
             edges_x += [position[parent.index], position[hop.index], None]
             edges_y += [parent.key, hop.key, None]
-    figure.add_trace(go.Scattergl(x=edges_x, y=edges_y, mode="lines", line={"color": "#cfd8dc", "width": 1},
+    figure.add_trace(points(x=edges_x, y=edges_y, mode="lines", line={"color": "#cfd8dc", "width": 1},
                                   hoverinfo="skip", showlegend=False, name="calls"), row=row, col=1)
     groups.append("edges")
     buckets: dict[tuple[str, str], list[Hop]] = defaultdict(list)
@@ -67,7 +73,7 @@ def _add_trace_panel(figure: go.Figure, recorded: Trace, row: int, max_hops: int
         category = "skipped" if hop.skipped else ("top" if hop.depth == 0 else "nested")
         buckets[(hop.kind, category)].append(hop)
     for (kind, category), members in sorted(buckets.items(), key=lambda item: KERNEL_KINDS.index(item[0][0])):
-        figure.add_trace(go.Scattergl(
+        figure.add_trace(points(
             x=[position[hop.index] for hop in members], y=[hop.key for hop in members], mode="markers",
             marker={"color": KIND_COLOURS[kind], "size": size if category == "top" else size * 0.75,
                     "symbol": ["diamond" if hop.phase == "backward" else "square" for hop in members],

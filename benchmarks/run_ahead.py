@@ -1,0 +1,57 @@
+"""How far the host runs ahead of sim's device: the time a call takes to return, against the time until the device
+has finished the work it queued.
+
+On an asynchronous device a launch returns before its kernel ran, so a call that queues much device work returns
+early and the host can prepare the next one while the device computes. Each row builds its work as
+backend_speed.py does, in this one process with PyTorch's defaults, then times CALLS calls in ROUNDS rounds: when the
+call returned (`issued`) and when `torch.accelerator.synchronize()` returned after it (`finished`). The medians of
+the round medians; `ahead` is the share of the call's time during which the host was free while the device worked.
+Run: `make benchmark` (or `python benchmarks/run_ahead.py` in the project's virtualenv).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+import backend_speed
+
+ROUNDS, CALLS, WARM_UP_CALLS = 7, 30, 10
+
+
+def issued_and_finished(work: Callable[[], object], calls: int) -> tuple[float, float]:
+    """Median seconds from a call's start until it returned, and until the device had finished it."""
+    issued, finished = [], []
+    for _ in range(calls):
+        started = time.perf_counter()
+        work()
+        issued.append(time.perf_counter() - started)
+        torch.accelerator.synchronize()
+        finished.append(time.perf_counter() - started)
+    return statistics.median(issued), statistics.median(finished)
+
+
+def main() -> int:
+    rows = [("1,000 multiplies, 64x64 float32", backend_speed.multiplies("sim", 64, 1000), 5),
+            ("100 multiplies, 1024x1024 float32", backend_speed.multiplies("sim", 1024, 100), 5),
+            ("100 device-to-device copies, 1024x1024 float32", backend_speed.device_copies("sim"), 5),
+            ("one training step, small MLP (SGD)", backend_speed.training_step("mlp", "sim"), CALLS),
+            ("one training step, small CNN (SGD)", backend_speed.training_step("cnn", "sim"), CALLS)]
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, sim memory {torch.sim.memory_mode()}; "
+          f"one process, {WARM_UP_CALLS} warm-up calls, then {ROUNDS} rounds (5 calls a round for the rows of 100 or "
+          f"1,000 operations, {CALLS} for the steps); the median of the round medians\n")
+    print("| workload | call returned | device finished | host free while the device worked |")
+    print("| --- | ---: | ---: | ---: |")
+    for label, work, calls in rows:
+        issued_and_finished(work, WARM_UP_CALLS)
+        rounds = [issued_and_finished(work, calls) for _ in range(ROUNDS)]
+        issued = statistics.median(round_[0] for round_ in rounds)
+        finished = statistics.median(round_[1] for round_ in rounds)
+        print(f"| {label} | {issued * 1e3:.3f} ms | {finished * 1e3:.3f} ms | {1 - issued / finished:.0%} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -17,8 +17,7 @@ from typing import Callable
 import torch
 
 import backend_speed
-
-ROUNDS, CALLS, WARM_UP_CALLS = 7, 30, 10
+from timing import CALLS, ROUNDS, WARM_UP_CALLS
 
 
 def issued_and_finished(work: Callable[[], object], calls: int) -> tuple[float, float]:

@@ -66,7 +66,7 @@ def _add_trace_panel(figure: go.Figure, recorded: Trace, row: int, max_hops: int
             edges_x += [position[parent.index], position[hop.index], None]
             edges_y += [parent.key, hop.key, None]
     figure.add_trace(points(x=edges_x, y=edges_y, mode="lines", line={"color": "#cfd8dc", "width": 1},
-                                  hoverinfo="skip", showlegend=False, name="calls"), row=row, col=1)
+                            hoverinfo="skip", showlegend=False, name="calls"), row=row, col=1)
     groups.append("edges")
     buckets: dict[tuple[str, str], list[Hop]] = defaultdict(list)
     for hop in hops:

@@ -371,6 +371,45 @@ def test_every_page_in_chromium_draws_without_errors_or_network_and_loads_at_mos
     assert all(load.transferred < load.decoded for load in loads.values())  # the server compressed the text
 
 
+def test_a_notebook_pages_cells_below_the_screen_are_drawn_when_they_come_into_view_and_anchors_land(site, served):
+    """The site's CSS lets Chromium skip the style and layout of the cells below the first screen while a page
+    loads (content-visibility: auto); a cell is drawn once scrolled to, and a link to a heading far down the page
+    still puts that heading at the top of the window once the cells above it are drawn (linked-heading.js)."""
+    from playwright.sync_api import sync_playwright
+
+    page_path = "notebooks/guide_05_operators/"
+    headings = re.findall(r'<h2 id="([^"]+)"', (site / page_path / "index.html").read_text())
+    assert len(headings) > 3
+    drawn = "selector => document.querySelector(selector).checkVisibility({contentVisibilityAuto: true})"
+    last_cell = ".jp-Notebook-cell:last-of-type > *"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path(), args=list(CHROMIUM_FLAGS))
+        try:
+            page = browser.new_page(viewport=VIEWPORTS["desktop"])
+            visit(page, served + page_path)
+            assert page.evaluate("document.querySelector('.jp-Notebook-cell:last-of-type') !== null")
+            assert page.evaluate(drawn, ".jp-Notebook-cell > *") is True  # the first cell, on the first screen
+            assert page.evaluate(drawn, last_cell) is False
+            page.eval_on_selector(".jp-Notebook-cell:last-of-type", "cell => cell.scrollIntoView()")
+            page.wait_for_function(f"() => ({drawn})({json.dumps(last_cell)})", timeout=10_000)
+
+            # a heading far down, reached by a link from another page and by the page's own table of contents
+            for heading in headings[-4:-1]:
+                lands = (f"() => {{ const top = document.getElementById({json.dumps(heading)}).getBoundingClientRect().top;"
+                         " const header = document.querySelector('header.md-header').getBoundingClientRect().height;"
+                         " return top >= 0 && top <= header + 40; }")
+                page.goto("about:blank")
+                visit(page, served + page_path + "#" + heading)
+                page.wait_for_timeout(2_000)  # past linked-heading.js's settling
+                assert page.evaluate(lands), heading
+                visit(page, served + page_path)
+                page.locator(f"nav.md-nav--secondary a[href='#{heading}']:visible").click()
+                page.wait_for_timeout(2_000)
+                assert page.evaluate(lands), heading
+        finally:
+            browser.close()
+
+
 def test_download_links_give_valid_notebooks(site, served):
     downloads = 0
     for name in site_pages(site):

@@ -118,13 +118,14 @@ def extension(name: str, folder: str, library: str | None = None) -> list[CppExt
     # The prefix map keeps __FILE__ (the file:line torch shows for a registration or an error) relative to the
     # project, "backend/torch_sim/csrc/...", also when ccache has made the sources' paths relative to the build folder.
     from_build_folder = os.path.relpath(ROOT.resolve(), BUILD_FOLDER) + "/"
-    flags = ["-O2", "-g0", f"-fmacro-prefix-map={from_build_folder}="]
+    # -fopenmp: the driver splits large copies over its executor's OpenMP team, the one torch's kernels use there.
+    flags = ["-O2", "-g0", "-fopenmp", f"-fmacro-prefix-map={from_build_folder}="]
     # torch's x86-64 builds carry AVX2 and AVX-512 kernels for each DispatchStub; with the same definitions,
     # DispatchStub.h declares them, and operators_direct.cpp can hand the CPU's loops to sim's stubs.
     if platform.machine() in ("x86_64", "AMD64"):
         flags += ["-DHAVE_AVX2_CPU_DEFINITION", "-DHAVE_AVX512_CPU_DEFINITION"]
     return [CppExtension(name, sources, include_dirs=[str(ROOT / folder), *library_headers, *kineto],
-                         extra_compile_args=flags)]
+                         extra_compile_args=flags, extra_link_args=["-fopenmp"])]
 
 
 class BuildPackages(build_py):

@@ -14,7 +14,7 @@ import pytest
 pytestmark = pytest.mark.xdist_group("simdriver")  # one worker compiles the driver's tests once
 
 DRIVER = Path(__file__).resolve().parents[2] / "backend" / "simdriver"
-FLAGS = ["-O2", "-std=c++17", "-pthread", "-Wall", "-Wextra", f"-I{DRIVER / 'include'}"]
+FLAGS = ["-O2", "-std=c++17", "-pthread", "-fopenmp", "-Wall", "-Wextra", f"-I{DRIVER / 'include'}"]
 COMPILE_SECONDS = 300
 RUN_SECONDS = 600
 
@@ -43,7 +43,7 @@ def driver_tests(tmp_path_factory: pytest.TempPathFactory) -> Path:
         assert result.returncode == 0, f"compiling {source.name} failed:\n{result.stderr}"
         assert not result.stderr.strip(), f"compiling {source.name} warned:\n{result.stderr}"
     program = build / "simdriver_tests"
-    linked = run(["g++", "-pthread", *map(str, objects), "-o", str(program)], COMPILE_SECONDS)
+    linked = run(["g++", "-pthread", "-fopenmp", *map(str, objects), "-o", str(program)], COMPILE_SECONDS)
     assert linked.returncode == 0, linked.stderr
     return program
 

@@ -65,6 +65,7 @@ struct simStream_st {
   uint64_t submitted = 0;  // tasks ever queued; the n-th has finished once completed >= n
   uint64_t completed = 0;
   uint64_t last_served = 0;  // the executor's round-robin order among equal priorities
+  std::vector<uint64_t> awaited;  // the task each host thread asleep in wait_for_task waits for
 };
 
 // A device's primary context: the device's memory and default stream.

@@ -13,6 +13,7 @@
 // keep paying for a device that has gone idle.
 #include "driver.h"
 
+#include <omp.h>
 #include <pthread.h>
 
 #include <algorithm>
@@ -79,11 +80,36 @@ std::string failure_message(const Task& task, int device, int code, const std::s
   return message;
 }
 
+// Below this size a copy is one memmove: splitting it costs more than the second thread saves.
+constexpr size_t kParallelCopyBytes = size_t(512) << 10;
+
+// Copies as the device's other work runs: large copies between disjoint blocks are split over the executor's
+// OpenMP team, the one its kernels' parallel regions use, so a copy is as parallel as the host's copy_ and
+// starts no team of its own.
+void copy_bytes(void* dst, const void* src, size_t bytes) {
+  auto* to = static_cast<unsigned char*>(dst);
+  const auto* from = static_cast<const unsigned char*>(src);
+  const bool overlap = to < from + bytes && from < to + bytes;
+  if (bytes < kParallelCopyBytes || overlap || omp_get_max_threads() < 2) {
+    std::memmove(dst, src, bytes);
+    return;
+  }
+#pragma omp parallel
+  {
+    // a part per thread of the team, in 64-byte lines; no num_threads clause, which makes libgomp rebuild its pool
+    const size_t parts = static_cast<size_t>(omp_get_num_threads());
+    const size_t chunk = (bytes / parts + 63) / 64 * 64;
+    const size_t begin = std::min(bytes, static_cast<size_t>(omp_get_thread_num()) * chunk);
+    const size_t end = std::min(bytes, begin + chunk);
+    if (end > begin) std::memcpy(to + begin, from + begin, end - begin);
+  }
+}
+
 // Runs a copy, memset or kernel with the mutex released; returns the kernel's code.
 int run_outside_lock(Task& task, std::string* detail) {
   switch (task.kind) {
     case Task::Kind::Copy:
-      std::memmove(task.dst, task.src, task.bytes);
+      copy_bytes(task.dst, task.src, task.bytes);
       return 0;
     case Task::Kind::Memset:
       std::memset(task.dst, task.value, task.bytes);
@@ -91,6 +117,11 @@ int run_outside_lock(Task& task, std::string* detail) {
     default:
       return simdriver::run_kernel(task, detail);
   }
+}
+
+bool awaited_task_finished(const simStream_st& stream) {
+  return std::any_of(stream.awaited.begin(), stream.awaited.end(),
+                     [&](uint64_t sequence) { return stream.completed >= sequence; });
 }
 
 bool every_queue_empty(const Driver& state) {
@@ -157,7 +188,9 @@ void executor_main(std::thread previous) {
     // Discrete memory closes before a waiting caller wakes, so that its next host access is caught. With no
     // caller waiting it stays open through the idle spin: a launch that comes within it costs no mprotect.
     if (state.host_waiters > 0 && next_ready_stream(state, &progressed) == nullptr) simdriver::close_device_memory();
-    state.done.notify_all();
+    // A sleeping host thread wakes for what it waits for only, not after every task: a host asleep behind a long
+    // queue would otherwise take a core from the running work at each task's end.
+    if (task.kind == Task::Kind::Record || progressed || awaited_task_finished(*stream)) state.done.notify_all();
   }
   simdriver::close_device_memory();
   state.executor_stopped = true;
@@ -220,7 +253,10 @@ void wait_for_task(std::unique_lock<std::mutex>& lock, const std::shared_ptr<sim
   const auto deadline = std::chrono::steady_clock::now() + kSpin;
   while (!t_on_executor && !finished() && std::chrono::steady_clock::now() < deadline)
     spin_on(lock, state.completions, state.completions.load(std::memory_order_acquire));
+  if (finished()) return;
+  stream->awaited.push_back(sequence);
   state.done.wait(lock, finished);
+  stream->awaited.erase(std::find(stream->awaited.begin(), stream->awaited.end(), sequence));
 }
 
 void wait_for_device(std::unique_lock<std::mutex>& lock, int device) {

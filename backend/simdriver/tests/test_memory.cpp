@@ -2,6 +2,7 @@
 // unified memory (this process) and discrete memory (fresh processes with SIM_MEMORY=discrete).
 #include "harness.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -44,10 +45,9 @@ int sleep_then_flag_kernel(void* args) {
 
 // The whole round trip, host -> device -> device (same and another device) -> host, through every
 // copy call; run with unified memory here and with discrete memory in a fresh process.
-static void copy_round_trips() {
-  constexpr size_t kCount = 1000;
-  const size_t bytes = kCount * sizeof(int32_t);
-  auto original = sequence(kCount, 7);
+static void copy_round_trips(size_t count) {
+  const size_t bytes = count * sizeof(int32_t);
+  auto original = sequence(count, 7);
   void *first = nullptr, *second = nullptr, *other_device = nullptr;
   CHECK_OK(simMalloc(&first, bytes));
   CHECK_OK(simMalloc(&second, bytes));
@@ -59,12 +59,12 @@ static void copy_round_trips() {
   CHECK_OK(simMemcpy(first, original.data(), bytes, simMemcpyHostToDevice));
   CHECK_OK(simMemcpy(second, first, bytes, simMemcpyDeviceToDevice));
   CHECK_OK(simMemcpy(other_device, second, bytes, simMemcpyDeviceToDevice));
-  std::vector<int32_t> back(kCount, 0), host_copy(kCount, 0);
+  std::vector<int32_t> back(count, 0), host_copy(count, 0);
   CHECK_OK(simMemcpy(back.data(), other_device, bytes, simMemcpyDeviceToHost));
   CHECK(back == original);
   CHECK_OK(simMemcpy(host_copy.data(), back.data(), bytes, simMemcpyHostToHost));
   CHECK(host_copy == original);
-  std::vector<int32_t> inferred(kCount, 0);
+  std::vector<int32_t> inferred(count, 0);
   CHECK_OK(simMemcpy(inferred.data(), first, bytes, simMemcpyDefault));
   CHECK(inferred == original);
 
@@ -73,7 +73,7 @@ static void copy_round_trips() {
   CHECK_OK(simStreamCreate(&stream));
   void* pinned = nullptr;
   CHECK_OK(simMallocHost(&pinned, bytes));
-  auto shifted = sequence(kCount, 1000);
+  auto shifted = sequence(count, 1000);
   std::memcpy(pinned, shifted.data(), bytes);
   CHECK_OK(simMemcpyAsync(first, pinned, bytes, simMemcpyHostToDevice, stream));
   CHECK_OK(simMemcpyAsync(other_device, first, bytes, simMemcpyDeviceToDevice, stream));
@@ -82,19 +82,25 @@ static void copy_round_trips() {
   CHECK_OK(simStreamSynchronize(stream));
   CHECK(std::memcmp(pinned, shifted.data(), bytes) == 0);
   CHECK_OK(simMemcpy(back.data(), first, bytes, simMemcpyDeviceToHost));
-  CHECK(back == std::vector<int32_t>(kCount, 0));
+  CHECK(back == std::vector<int32_t>(count, 0));
 
   // A kernel reaches device memory.
-  FillArgs fill{static_cast<int32_t*>(second), kCount, -5};
+  FillArgs fill{static_cast<int32_t*>(second), count, -5};
   CHECK_OK(simLaunchKernel(stream, "fill", fill_kernel, &fill, sizeof fill, nullptr));
   CHECK_OK(simMemcpyAsync(back.data(), second, bytes, simMemcpyDeviceToHost, stream));
-  CHECK(back == std::vector<int32_t>(kCount, -5));
+  CHECK(back == std::vector<int32_t>(count, -5));
 
   CHECK_OK(simStreamDestroy(stream));
   CHECK_OK(simFreeHost(pinned));
   CHECK_OK(simFree(first));
   CHECK_OK(simFree(second));
   CHECK_OK(simFree(other_device));
+}
+
+// A small copy, and one large enough for the executor to split over its threads (of a size no split divides evenly).
+static void copy_round_trips() {
+  copy_round_trips(1000);
+  copy_round_trips((size_t(4) << 20) / sizeof(int32_t) + 3);
 }
 
 TEST(copies_in_every_direction_with_unified_memory) {
@@ -115,6 +121,23 @@ TEST(copies_in_every_direction_with_discrete_memory) {
   auto child = harness::run_in_fresh_process("copies_in_every_direction_here", {"SIM_MEMORY=discrete"}, 60);
   CHECK_MESSAGE(child.exit_code == 0, child.summary());
   CHECK(harness::contains(child.out, "ok      copies_in_every_direction_here"));
+}
+
+TEST(a_large_copy_within_one_allocation_that_overlaps_itself_moves_the_bytes_as_memmove_does) {
+  constexpr size_t kCount = (size_t(2) << 20) / sizeof(int32_t);
+  const size_t bytes = kCount * sizeof(int32_t);
+  auto original = sequence(kCount + 1, 0);
+  void* block = nullptr;
+  CHECK_OK(simMalloc(&block, bytes + sizeof(int32_t)));
+  CHECK_OK(simMemcpy(block, original.data(), bytes + sizeof(int32_t), simMemcpyHostToDevice));
+  auto* values = static_cast<int32_t*>(block);
+  CHECK_OK(simMemcpy(values + 1, values, bytes, simMemcpyDeviceToDevice));
+  std::vector<int32_t> back(kCount + 1, -1);
+  CHECK_OK(simMemcpy(back.data(), block, bytes + sizeof(int32_t), simMemcpyDeviceToHost));
+  std::vector<int32_t> expected(original);  // every value one place on, as memmove leaves them
+  std::copy(original.begin(), original.end() - 1, expected.begin() + 1);
+  CHECK(back == expected);
+  CHECK_OK(simFree(block));
 }
 
 TEST(allocation_and_free) {

@@ -4,7 +4,8 @@
 // stream (highest priority first, then the stream served longest ago) and runs it with the driver's
 // mutex released; a stream whose first task waits for an event that has not completed is not
 // ready, so it holds back no other stream. Callers that wait (synchronize, synchronous copies)
-// sleep on a condition variable the executor signals after every task.
+// sleep on a condition variable the executor signals once the task a caller waits for, or an
+// event record, has finished.
 //
 // The executor ends once every queue has been empty for kRetireAfter, and the next submission starts
 // another. Kernels that parallelise with OpenMP give the executor a thread team of its own, and a
@@ -188,8 +189,8 @@ void executor_main(std::thread previous) {
     // Discrete memory closes before a waiting caller wakes, so that its next host access is caught. With no
     // caller waiting it stays open through the idle spin: a launch that comes within it costs no mprotect.
     if (state.host_waiters > 0 && next_ready_stream(state, &progressed) == nullptr) simdriver::close_device_memory();
-    // A sleeping host thread wakes for what it waits for only, not after every task: a host asleep behind a long
-    // queue would otherwise take a core from the running work at each task's end.
+    // A host thread asleep behind a long queue wakes once, not at each task's end, when it would take a core from
+    // the work still running.
     if (task.kind == Task::Kind::Record || progressed || awaited_task_finished(*stream)) state.done.notify_all();
   }
   simdriver::close_device_memory();

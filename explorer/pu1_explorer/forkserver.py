@@ -152,8 +152,9 @@ class ForkServer:
         listener.bind(self.address)
         listener.listen(64)
         self._log = tempfile.TemporaryFile("w+b")
-        # warning filters come from the request in each child, placed as start-up would place them
-        template_env = {name: value for name, value in self.env.items() if name != "PYTHONWARNINGS"}
+        # warning filters and the module search path come from the request in each child, placed as start-up would
+        # place them; a search path of the first caller's could hide a module the template itself imports
+        template_env = {name: value for name, value in self.env.items() if name not in ("PYTHONWARNINGS", "PYTHONPATH")}
         template_env[_AUTOLOAD] = "0"
         # In a session of its own: a Jupyter kernel ending waits for the processes of its group to end, and would
         # wait for this one until killed. The template ends by itself once its parent is gone.

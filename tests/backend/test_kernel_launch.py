@@ -1,5 +1,6 @@
 """Step 5: sim's kernels are launches on its driver's streams: they run on the driver's executor, after the work
-queued before them, while the host goes on (backend/torch_sim/csrc/operators_launch.cpp)."""
+queued before them, while the host goes on; a small pointwise kernel that its caller waits for runs on the calling
+thread instead, after the same work (backend/torch_sim/csrc/operators_launch.cpp)."""
 import os
 import threading
 import time
@@ -57,6 +58,34 @@ def test_a_host_kernel_runs_on_the_drivers_executor_and_may_call_python():
         torch.sim.set_fallback_policy("warn")
     assert torch.equal(result.cpu(), torch.ones(4))
     assert threads and threads[0] != threading.get_native_id(), "the kernel ran on the calling thread"
+
+
+def test_a_small_pointwise_kernel_runs_on_the_thread_that_waits_for_it_after_the_queued_work():
+    seen = []
+
+    @torch.library.custom_op("sim_launch_test::pointwise_thread", mutates_args=(), device_types="cpu",
+                             tags=(torch.Tag.pointwise,))
+    def pointwise_thread(x: torch.Tensor) -> torch.Tensor:
+        seen.append((threading.get_native_id(), torch.get_num_threads(), time.monotonic()))
+        return x + 1
+
+    torch.sim.set_fallback_policy("silent")
+    try:
+        small = torch.zeros(4, device="sim")
+        large = torch.zeros(40_000, device="sim")  # more than a pointwise kernel runs on the calling thread
+        torch.sim.synchronize()
+        torch.sim.device_sleep(300)
+        launched = time.monotonic()
+        small_result = pointwise_thread(small)
+        large_result = pointwise_thread(large)
+    finally:
+        torch.sim.set_fallback_policy("warn")
+    assert torch.equal(small_result.cpu(), torch.ones(4)) and torch.equal(large_result.cpu(), torch.ones(40_000))
+    (small_thread, small_threads, small_ran), (large_thread, _, _) = seen
+    assert small_thread == threading.get_native_id(), "the small kernel ran on another thread"
+    assert small_threads == 1, "a kernel on the calling thread computes on one intra-op thread, as the executor would"
+    assert small_ran - launched >= 0.25, "the small kernel ran before the sleep queued ahead of it had ended"
+    assert large_thread != threading.get_native_id(), "the large kernel ran on the calling thread"
 
 
 def test_the_callers_intra_op_threads_reach_the_device():

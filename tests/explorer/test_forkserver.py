@@ -153,11 +153,11 @@ def test_a_bad_command_line_is_one_clear_error_before_anything_runs():
             forkserver.run(incomplete, ENV, timeout=60)
 
 
-def test_a_template_that_cannot_start_says_why_in_one_line(tmp_path):
-    (tmp_path / "torch.py").write_text("raise ImportError('this folder shadows torch')\n")
-    env = dict(ENV, PYTHONPATH=str(tmp_path), TEMPLATE_NUMBER="broken")  # a template of its own
-    with pytest.raises(RuntimeError, match="the fork server did not start a process: ImportError: this folder"):
-        forkserver.run(["-c", "print(1)"], env, timeout=60)
+def test_a_template_that_cannot_start_says_why_in_one_line():
+    server = forkserver.fork_server(ENV, preload=("pu1_a_module_nobody_wrote",))  # a template of its own
+    with pytest.raises(RuntimeError, match="the fork server did not start a process: ModuleNotFoundError: No module "
+                                           "named 'pu1_a_module_nobody_wrote'"):
+        server.start(["-c", "print(1)"], 1, 2)
 
 
 def test_only_a_few_templates_are_kept():
@@ -226,6 +226,20 @@ def test_a_child_searches_its_own_python_path_as_a_new_interpreter_would(tmp_pat
             fresh = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
             assert (forked.returncode, forked.stdout) == (fresh.returncode, fresh.stdout), forked.stderr + fresh.stderr
     assert "shadow" in forkserver.run(["-c", shadowing], dict(ENV, PYTHONPATH=str(tmp_path)), timeout=60).stdout
+
+
+def test_a_template_started_for_a_python_path_that_hides_a_module_it_imports_still_starts(tmp_path):
+    # the template serves every search path, so the first caller's never reaches its own start-up
+    (tmp_path / "json.py").write_text("WHERE = 'shadow'\n")
+    server = forkserver.ForkServer(dict(ENV, PYTHONPATH=str(tmp_path)))
+    try:
+        with __import__("tempfile").TemporaryFile("w+b") as out:
+            code = "import json; print(getattr(json, 'WHERE', 'the real json'))"
+            assert server.start(["-c", code], out.fileno(), 2).wait(60) == 0
+            out.seek(0)
+            assert out.read().decode().strip() == "shadow"
+    finally:
+        server.close()
 
 
 def test_an_advertised_template_serves_requests_that_suit_it_and_only_those(monkeypatch):

@@ -244,6 +244,13 @@ typedef void (*simKernelArgsRelease_t)(void* args);
    kernel in errors. `release` may be NULL. */
 simStatus_t simLaunchKernel(simStream_t stream, const char* name, simKernelFunc_t kernel, const void* args,
                             size_t args_bytes, simKernelArgsRelease_t release);
+/* Runs `kernel(args)` on the calling thread as the stream's next kernel and returns once it ran: after
+   the work queued on the stream before it and before any queued after it, with device memory open to
+   it in either memory mode; the device's other streams go on meanwhile. Its failure (or a pending one,
+   when it does not run) is this call's error. For a kernel whose caller would wait for it anyway: the
+   hand-over to the executor and back costs more than a small kernel. A simulator's shortcut: a real
+   device cannot run its kernels on the host's thread. */
+simStatus_t simLaunchKernelSync(simStream_t stream, const char* name, simKernelFunc_t kernel, void* args);
 /* Called by a running kernel before it returns non-zero: the message the error will carry. A kernel
    may queue work, but a call that waits (a synchronize, simMemcpy, simFree) made by a kernel fails
    with simErrorNotPermitted: the executor would wait for itself. */

@@ -31,10 +31,13 @@ constexpr int kMaxDevices = 64;
 constexpr int kPriorityLeast = 0;
 constexpr int kPriorityGreatest = -2;
 constexpr size_t kAlignment = 256;
+// A copy this large is split over the executor's OpenMP team; a smaller one is one memmove, which a host thread
+// may also run (run_on_caller) without starting a team of its own.
+constexpr size_t kParallelCopyBytes = size_t(512) << 10;
 
 // One unit of a stream's work.
 struct Task {
-  enum class Kind { Kernel, Copy, Memset, Record, Wait, Free };
+  enum class Kind { Kernel, Copy, Memset, Record, Wait, Free, OnCaller };  // OnCaller: simLaunchKernelSync's place
   Kind kind = Kind::Kernel;
   std::string name;  // the kernel's name, or what the task is ("copy", "memset") in messages
   simKernelFunc_t kernel = nullptr;
@@ -119,6 +122,7 @@ struct Driver {
   std::atomic<uint64_t> submissions{0};  // tasks ever queued, for the executor's idle spin
   std::atomic<uint64_t> completions{0};  // tasks ever finished, for a waiter's spin
   int host_waiters = 0;  // host threads waiting for work to finish (discrete memory closes before they wake)
+  int tasks_on_callers = 0;  // tasks host threads run (run_on_caller): discrete memory stays open while any does
 };
 
 // Counts a host thread as waiting for the device while it lives, under the driver's mutex. When the wait ends
@@ -163,6 +167,11 @@ simStatus_t take_pending_error(int device);
 simStatus_t finish_submission(std::unique_lock<std::mutex>& lock, const std::shared_ptr<simStream_st>& stream,
                               uint64_t sequence);
 int64_t device_clock_ns();
+// Runs `task` on the calling thread as the stream's next task, for a caller that would wait for it anyway
+// (simLaunchKernelSync, a small copy into pageable memory): waits for the stream's earlier work, runs it with
+// device memory open, and returns its failure, or the device's pending error without running it. The hand-over to
+// the executor and back costs more than such a task.
+simStatus_t run_on_caller(std::unique_lock<std::mutex>& lock, const std::shared_ptr<simStream_st>& stream, Task task);
 
 // Memory (memory.cpp), under the driver's mutex: -----------------------------------------
 simStatus_t reserve_device_memory(simContext_st& device);

@@ -71,6 +71,24 @@ simStatus_t simLaunchKernel(simStream_t stream, const char* name, simKernelFunc_
   return simdriver::finish_submission(lock, target, simdriver::submit(target, std::move(task)));
 }
 
+simStatus_t simLaunchKernelSync(simStream_t stream, const char* name, simKernelFunc_t kernel, void* args) {
+  if (simStatus_t status = simdriver::enter(); status != simSuccess) return status;
+  if (simStatus_t status = simdriver::refuse_on_executor("simLaunchKernelSync"); status != simSuccess) return status;
+  if (kernel == nullptr) return fail(simErrorInvalidValue, "simLaunchKernelSync: kernel is NULL");
+  if (name == nullptr || *name == '\0')
+    return fail(simErrorInvalidValue, "simLaunchKernelSync: the kernel needs a name (errors name it), got none");
+  simdriver::Task task;
+  task.kind = simdriver::Task::Kind::Kernel;
+  task.name = name;
+  task.kernel = kernel;
+  task.args = args;
+  std::unique_lock<std::mutex> lock(driver().mutex);
+  simStatus_t status = simSuccess;
+  auto target = simdriver::resolve_stream(stream, &status);
+  if (target == nullptr) return status;
+  return simdriver::run_on_caller(lock, target, std::move(task));
+}
+
 void simKernelSetErrorMessage(const char* message) {
   if (t_in_kernel) t_kernel_message = message == nullptr ? "" : message;
 }

@@ -224,6 +224,7 @@ void open_device_memory() {
 }
 
 void close_device_memory() {
+  if (driver().tasks_on_callers > 0) return;
   for (auto& device : driver().devices) {
     if (device->open_for_executor) {
       mprotect(device->base, device->reserved, PROT_NONE);
@@ -420,6 +421,7 @@ simStatus_t simMemcpy(void* dst, const void* src, size_t bytes, simMemcpyKind ki
   task.dst = dst;
   task.src = src;
   task.bytes = bytes;
+  if (bytes < simdriver::kParallelCopyBytes) return simdriver::run_on_caller(lock, stream, std::move(task));
   simdriver::wait_for_task(lock, stream, simdriver::submit(stream, std::move(task)));
   return simdriver::take_pending_error(device);
 }
@@ -448,6 +450,7 @@ simStatus_t simMemcpyAsync(void* dst, const void* src, size_t bytes, simMemcpyKi
     std::memcpy(task.staging.get(), src, bytes);
     task.src = task.staging.get();
   }
+  if (waits && bytes < simdriver::kParallelCopyBytes) return simdriver::run_on_caller(lock, target, std::move(task));
   uint64_t sequence = simdriver::submit(target, std::move(task));
   if (waits) {
     simdriver::wait_for_task(lock, target, sequence);

@@ -63,7 +63,9 @@ std::shared_ptr<simStream_st> next_ready_stream(Driver& state, bool* progressed)
       continue;
     }
     ++index;
-    if (stream->queue.empty() || stream->queue.front().kind == Task::Kind::Wait) continue;
+    if (stream->queue.empty() || stream->queue.front().kind == Task::Kind::Wait ||
+        stream->queue.front().kind == Task::Kind::OnCaller)
+      continue;
     if (best == nullptr || stream->priority < best->priority ||
         (stream->priority == best->priority && stream->last_served < best->last_served))
       best = stream;
@@ -71,18 +73,16 @@ std::shared_ptr<simStream_st> next_ready_stream(Driver& state, bool* progressed)
   return best;
 }
 
-std::string failure_message(const Task& task, int device, int code, const std::string& detail) {
+std::string failure_message(const Task& task, int device, int code, const std::string& detail,
+                            bool asynchronous = true) {
   std::string message = "the kernel '" + task.name + "' failed on sim:" + std::to_string(device) + " with code " +
                         std::to_string(code);
   if (!detail.empty()) message += ": " + detail;
-  if (!driver().config.launch_blocking)
+  if (asynchronous && !driver().config.launch_blocking)
     message += " (kernels run asynchronously, so this failure surfaces at the next synchronising call, not at "
                "the launch; set SIM_LAUNCH_BLOCKING=1 to have each launch report its own kernel's failure)";
   return message;
 }
-
-// Below this size a copy is one memmove: splitting it costs more than the second thread saves.
-constexpr size_t kParallelCopyBytes = size_t(512) << 10;
 
 // Copies as the device's other work runs: large copies between disjoint blocks are split over the executor's
 // OpenMP team, the one its kernels' parallel regions use, so a copy is as parallel as the host's copy_ and
@@ -91,7 +91,7 @@ void copy_bytes(void* dst, const void* src, size_t bytes) {
   auto* to = static_cast<unsigned char*>(dst);
   const auto* from = static_cast<const unsigned char*>(src);
   const bool overlap = to < from + bytes && from < to + bytes;
-  if (bytes < kParallelCopyBytes || overlap || omp_get_max_threads() < 2) {
+  if (bytes < simdriver::kParallelCopyBytes || overlap || omp_get_max_threads() < 2) {
     std::memmove(dst, src, bytes);
     return;
   }
@@ -282,6 +282,48 @@ simStatus_t finish_submission(std::unique_lock<std::mutex>& lock, const std::sha
   if (!driver().config.launch_blocking || t_on_executor) return simSuccess;
   wait_for_task(lock, stream, sequence);
   return take_pending_error(stream->device);
+}
+
+simStatus_t run_on_caller(std::unique_lock<std::mutex>& lock, const std::shared_ptr<simStream_st>& stream, Task task) {
+  Driver& state = driver();
+  // A place in the stream's queue that the executor passes over: work queued after it waits for it.
+  Task place;
+  place.kind = Task::Kind::OnCaller;
+  place.name = task.name;
+  stream->queue.push_back(std::move(place));
+  const uint64_t sequence = ++stream->submitted;
+  if (stream->completed + 1 < sequence) wait_for_task(lock, stream, sequence - 1);
+  if (state.stopping.load())  // the process began to exit while this call waited: its queues are gone
+    return fail(simErrorDeinitialized, "sim's driver has shut down because the process is exiting");
+  simContext_st& device = *state.devices[stream->device];
+  int code = 0;
+  std::string detail;
+  const bool run = device.pending_error == simSuccess;
+  if (run) {
+    state.tasks_on_callers += 1;
+    open_device_memory();
+    lock.unlock();
+    t_on_executor = true;  // a wait inside a kernel would wait for the kernel itself
+    code = run_outside_lock(task, &detail);
+    t_on_executor = false;
+    lock.lock();
+    state.tasks_on_callers -= 1;
+  }
+  if (state.stopping.load())  // the process began to exit while the kernel ran: its queues are gone
+    return run ? simSuccess : take_pending_error(stream->device);
+  stream->queue.pop_front();
+  stream->completed += 1;
+  state.completions.fetch_add(1, std::memory_order_release);
+  if (state.running_task.empty()) close_device_memory();
+  if (!stream->queue.empty()) {  // work queued behind this kernel by other threads is ready now
+    state.submissions.fetch_add(1, std::memory_order_release);
+    if (!state.executor_running) start_executor();
+    state.work.notify_one();
+  }
+  if (awaited_task_finished(*stream)) state.done.notify_all();
+  if (!run) return take_pending_error(stream->device);
+  if (code != 0) return fail(simErrorLaunchFailure, failure_message(task, stream->device, code, detail, false));
+  return simSuccess;
 }
 
 void start_executor() {

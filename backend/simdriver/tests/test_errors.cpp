@@ -86,6 +86,26 @@ TEST(a_failing_kernel_surfaces_at_the_next_synchronize_naming_it) {
   CHECK_OK(simStreamDestroy(other));
 }
 
+TEST(a_synchronous_launch_returns_its_own_kernels_failure_at_once) {
+  CHECK_STATUS(simLaunchKernelSync(nullptr, "sim::index.Tensor", failing_kernel, nullptr), simErrorLaunchFailure);
+  std::string message = simGetLastErrorMessage();
+  CHECK_MESSAGE(harness::contains(message, "the kernel 'sim::index.Tensor' failed on sim:0 with code 3: index 7 is "
+                                           "out of bounds for dimension 0 with size 3"),
+                message);
+  CHECK_MESSAGE(!harness::contains(message, "SIM_LAUNCH_BLOCKING"), message);  // not asynchronous: nothing to find
+  CHECK_OK(simDeviceSynchronize());  // nothing left pending
+}
+
+TEST(a_synchronous_launch_after_a_failed_kernel_reports_that_failure_and_does_not_run) {
+  auto& counter = harness::kept<Counter>();
+  CHECK_OK(simLaunchKernel(nullptr, "sim::index.Tensor", failing_kernel, nullptr, 0, nullptr));
+  CHECK_STATUS(simLaunchKernelSync(nullptr, "count", count_kernel, &counter), simErrorLaunchFailure);
+  CHECK(harness::contains(simGetLastErrorMessage(), "the kernel 'sim::index.Tensor' failed"));
+  CHECK(counter.runs.load() == 0);
+  CHECK_OK(simLaunchKernelSync(nullptr, "count", count_kernel, &counter));
+  CHECK(counter.runs.load() == 1);
+}
+
 TEST(every_synchronising_call_reports_a_kernels_failure) {
   simEvent_t event = nullptr;
   CHECK_OK(simEventCreate(&event));

@@ -89,6 +89,11 @@ static void copy_round_trips(size_t count) {
   CHECK_OK(simLaunchKernel(stream, "fill", fill_kernel, &fill, sizeof fill, nullptr));
   CHECK_OK(simMemcpyAsync(back.data(), second, bytes, simMemcpyDeviceToHost, stream));
   CHECK(back == std::vector<int32_t>(count, -5));
+  // And so does one the calling thread runs.
+  fill.value = 9;
+  CHECK_OK(simLaunchKernelSync(stream, "fill", fill_kernel, &fill));
+  CHECK_OK(simMemcpy(back.data(), second, bytes, simMemcpyDeviceToHost));
+  CHECK(back == std::vector<int32_t>(count, 9));
 
   CHECK_OK(simStreamDestroy(stream));
   CHECK_OK(simFreeHost(pinned));

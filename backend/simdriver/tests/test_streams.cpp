@@ -103,6 +103,20 @@ struct NestedCall {
   std::string message;
 };
 
+// A kernel that logs its label and the thread that ran it.
+struct ThreadLogArgs {
+  Log* log;
+  std::atomic<long> task_id{0};
+};
+
+int thread_log_kernel(void* args) {
+  auto* entry = static_cast<ThreadLogArgs*>(args);
+  entry->task_id = static_cast<long>(syscall(SYS_gettid));
+  std::lock_guard<std::mutex> lock(entry->log->mutex);
+  entry->log->entries.emplace_back("sync");
+  return 0;
+}
+
 int synchronising_kernel(void* args) {
   auto* call = static_cast<NestedCall*>(args);
   call->status = simStreamSynchronize(nullptr);
@@ -307,6 +321,71 @@ TEST(a_kernel_cannot_synchronise) {
   CHECK_OK(simDeviceSynchronize());
   CHECK_STATUS(call.status, simErrorNotPermitted);
   CHECK(harness::contains(call.message, "cannot be called from a kernel"));
+}
+
+TEST(a_synchronous_launch_runs_on_the_calling_thread_after_the_work_queued_before_it) {
+  auto& log = harness::kept<Log>();
+  auto& sync = harness::kept<ThreadLogArgs>();
+  sync.log = &log;
+  simStream_t stream = nullptr;
+  CHECK_OK(simStreamCreate(&stream));
+  harness::Gate* gate = harness::new_gate();
+  CHECK_OK(launch_log(stream, log, "before"));
+  CHECK_OK(harness::launch_gate(stream, gate));
+  CHECK(harness::wait_until_entered(gate));
+  std::atomic<long> caller{0};
+  std::atomic<bool> returned{false};
+  simStatus_t status = simErrorNotReady;
+  std::thread host([&] {
+    caller = static_cast<long>(syscall(SYS_gettid));
+    status = simLaunchKernelSync(stream, "sync", thread_log_kernel, &sync);
+    returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const bool waited_for_the_gate = !returned.load() && log.snapshot() == std::vector<std::string>{"before"};
+  gate->open = true;
+  host.join();
+  CHECK(waited_for_the_gate);
+  CHECK_OK(status);
+  CHECK(sync.task_id.load() == caller.load());
+  CHECK_OK(launch_log(stream, log, "after"));
+  CHECK_OK(simStreamSynchronize(stream));
+  CHECK(log.snapshot() == (std::vector<std::string>{"before", "sync", "after"}));
+  CHECK_OK(simStreamDestroy(stream));
+}
+
+TEST(work_launched_while_a_synchronous_kernel_runs_waits_for_it) {
+  auto& log = harness::kept<Log>();
+  auto& flag = harness::kept<Flag>();
+  simStream_t stream = nullptr, other = nullptr;
+  CHECK_OK(simStreamCreate(&stream));
+  CHECK_OK(simStreamCreate(&other));
+  simStatus_t status = simErrorNotReady;
+  std::thread host([&] { status = simLaunchKernelSync(stream, "wait_for_flag", wait_for_flag_kernel, &flag); });
+  while (simStreamQuery(stream) == simSuccess) std::this_thread::yield();  // its kernel has begun
+  CHECK_OK(launch_log(stream, log, "behind"));
+  CHECK_OK(launch_log(other, log, "beside"));
+  CHECK_OK(simStreamSynchronize(other));  // the device's other streams go on meanwhile
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const bool held_back = log.snapshot() == std::vector<std::string>{"beside"};
+  flag.go = true;
+  host.join();
+  CHECK(held_back);
+  CHECK_OK(status);
+  CHECK(flag.finished.load());
+  CHECK_OK(simStreamSynchronize(stream));
+  CHECK(log.snapshot() == (std::vector<std::string>{"beside", "behind"}));
+  CHECK_OK(simStreamDestroy(stream));
+  CHECK_OK(simStreamDestroy(other));
+}
+
+TEST(a_synchronously_launched_kernel_cannot_synchronise) {
+  auto& call = harness::kept<NestedCall>();
+  CHECK_OK(simLaunchKernelSync(nullptr, "synchronising", synchronising_kernel, &call));
+  CHECK_STATUS(call.status, simErrorNotPermitted);
+  CHECK(harness::contains(call.message, "cannot be called from a kernel"));
+  CHECK_STATUS(simLaunchKernelSync(nullptr, "null", nullptr, nullptr), simErrorInvalidValue);
+  CHECK(harness::contains(simGetLastErrorMessage(), "kernel is NULL"));
 }
 
 TEST(contexts_start_when_a_device_is_first_used) {

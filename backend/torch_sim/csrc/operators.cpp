@@ -145,6 +145,7 @@ struct OperatorEntry {
   bool takes_host_indices = false;  // like CUDA, indexing accepts index tensors that live on the host
   bool has_host_kernel = false;
   bool is_random = false;
+  bool pointwise = false;  // each output element from the same elements of the inputs alone, not drawn at random
   std::vector<int> generator_arguments;  // Generator? arguments, filled in from the device generator
 };
 static std::mutex g_operator_entries_mutex;
@@ -165,6 +166,7 @@ static OperatorEntry& filled_operator_entry(const c10::OperatorHandle& op) {
       if (type->kind() == c10::TypeKind::GeneratorType) entry.generator_arguments.push_back(static_cast<int>(i));
     }
     entry.is_random = op.hasTag(at::Tag::nondeterministic_seeded);
+    entry.pointwise = op.hasTag(at::Tag::pointwise) && !entry.is_random;
     static const std::unordered_set<std::string> indexing{"index", "index_put", "index_put_", "_index_put_impl_",
                                                           "_unsafe_index", "_unsafe_index_put"};
     entry.takes_host_indices = indexing.count(name.name.substr(name.name.find("::") + 2)) > 0;
@@ -345,7 +347,11 @@ void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (any_capture() && capture_kernel(op, stack, device)) return;  // graphs.cpp: recorded, not run
 
   HostAliases aliases;
-  auto alias = [&](const at::Tensor& t) { return aliases.add(t); };
+  int64_t elements = 0;  // of a pointwise kernel, for run_kernel
+  auto alias = [&](const at::Tensor& t) {
+    if (t.defined()) elements += t.numel();
+    return aliases.add(t);
+  };
   for (size_t i = 0; i < arguments.size(); ++i) {
     c10::IValue& value = (*stack)[first + i];
     if (value.isTensor()) {
@@ -396,7 +402,7 @@ void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         for (size_t j = 0; j < list.size(); ++j) list.set(j, back(list.get(j)));
       }
     }
-  });
+  }, true, entry.pointwise ? std::optional<int64_t>(elements) : std::nullopt);
 }
 
 static void native_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
@@ -582,7 +588,7 @@ at::Tensor sim_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non
   run_kernel(device, kernel_name, [&] {
     HostScope scope(device);
     host_alias(dst).copy_(host_alias(self));
-  });
+  }, true, elements_of({&self, &dst}));
   return dst;
 }
 
@@ -598,7 +604,7 @@ c10::Scalar sim_local_scalar_dense(const at::Tensor& self) {
   if (self.is_conj() || self.is_neg()) {
     static const std::string kernel_name = "sim::_local_scalar_dense";
     c10::Scalar value;
-    run_kernel(self.device(), kernel_name, [&] { value = at::_local_scalar_dense(host_alias(self)); });
+    run_kernel(self.device(), kernel_name, [&] { value = at::_local_scalar_dense(host_alias(self)); }, true, 1);
     return value;
   }
   at::Tensor value = at::empty({}, self.options().device(c10::kCPU));

@@ -346,6 +346,7 @@ struct Registered {
   c10::OperatorHandle op;
   std::string kernel_name;  // "sim::mul.Tensor", as compute_on_host names it in profiler traces
   std::atomic<int64_t>* route_exits;  // the calls of this operator that took the boxed route instead
+  bool pointwise = op.hasTag(at::Tag::pointwise);
 };
 
 // The first launch of an operator with each combination of operand dtypes runs to its end before the call
@@ -442,6 +443,13 @@ struct StructuredLaunch {
 };
 
 // A direct kernel never takes a zero tensor: its handle would lose the key.
+// The elements of the tensor arguments, for run_kernel.
+template <class T>
+int64_t elements(const T&) {
+  return 0;
+}
+int64_t elements(const at::Tensor& t) { return t.defined() ? t.numel() : 0; }
+
 template <class T>
 bool plain(const T&) {
   return true;
@@ -575,13 +583,20 @@ struct DirectNative {
     }
     const c10::Device device = first_device(args...);
     if constexpr (std::is_reference_v<Result>) {
-      run_kernel(device, registered->kernel_name, [&] { function(args...); });
+      run_kernel(device, registered->kernel_name, [&] { function(args...); }, true, pointwise_elements(args...));
       return std::get<written_argument()>(std::forward_as_tuple(args...));
     } else {
       Result result;
-      run_kernel(device, registered->kernel_name, [&] { result = function(args...); });
+      run_kernel(device, registered->kernel_name, [&] { result = function(args...); }, true,
+                 pointwise_elements(args...));
       return result;
     }
+  }
+
+  // The elements of the arguments of a pointwise operator, for run_kernel.
+  static std::optional<int64_t> pointwise_elements(const Args&... args) {
+    if (!registered->pointwise) return std::nullopt;
+    return (elements(args) + ...);
   }
 
   // The argument an in-place or out= function writes and returns: its one non-const tensor.

@@ -8,7 +8,8 @@
 // id of the operator that launched it, its number of intra-op threads, and, while the interface trace is on,
 // its thread and Python line (the kernel's interface calls are that operator's). Two kinds of launch:
 //   run_kernel     waits until the kernel ran and rethrows what it threw: for operators whose outputs only
-//                  the kernel can decide (most host kernels size their own outputs);
+//                  the kernel can decide (most host kernels size their own outputs). A small pointwise one runs
+//                  on the calling thread once the work queued before it has run (simLaunchKernelSync);
 //   launch_kernel  returns at once: for kernels whose outputs were allocated before the launch. A failure
 //                  is the device's, reported by the next synchronising call, naming the kernel.
 // A kernel that calls another operator of sim's runs that operator's kernel inline: it is already on the
@@ -21,6 +22,8 @@
 #include <c10/util/ApproximateClock.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <omp.h>
+
 #include <exception>
 #include <mutex>
 #include <vector>
@@ -32,7 +35,7 @@ thread_local bool t_on_device = false;
 
 // What a launched kernel runs with: the launching thread's state, and the work itself.
 struct Launch {
-  at::ThreadLocalState state;
+  std::optional<at::ThreadLocalState> state;  // none for a kernel its launching thread runs: it has that state
   c10::Stream stream;
   const std::string* name;
   bool timed;  // the profiler records kernels: the launch notes the device time it ran
@@ -44,8 +47,10 @@ struct Launch {
   std::function<void()> work;                         // launch_kernel: owned by the launch until the kernel ran
   std::exception_ptr error;                           // run_kernel: what the body threw, for the caller
   Launch* next_finished = nullptr;                     // launch_kernel: the list of launches the device ran
-  Launch(c10::Stream stream, const std::string& name)
-      : stream(stream), name(&name), timed(recording_kernels()), correlation(operator_correlation()) {}
+  Launch(c10::Stream stream, const std::string& name, bool on_caller = false)
+      : stream(stream), name(&name), timed(recording_kernels()), correlation(operator_correlation()) {
+    if (!on_caller) state.emplace();
+  }
 };
 
 // The current device and stream of the launching thread, on the executor for the kernel's duration.
@@ -61,6 +66,18 @@ struct DeviceContext {
   }
 };
 
+// A kernel its launching thread runs has one intra-op thread, as it would on the executor (kSmallKernelElements),
+// even where it asks for more: a parallel region would start an OpenMP team owned by that thread.
+struct OneIntraOpThread {
+  int previous = at::get_num_threads();  // also gives this thread its intra-op threads first, if it had none yet
+  OneIntraOpThread() {
+    if (previous != 1) omp_set_num_threads(1);
+  }
+  ~OneIntraOpThread() {
+    if (previous != 1) omp_set_num_threads(previous);
+  }
+};
+
 std::string failure_text(const std::exception& error) {
   if (const auto* c10_error = dynamic_cast<const c10::Error*>(&error)) return c10_error->what_without_backtrace();
   return error.what();
@@ -69,9 +86,15 @@ std::string failure_text(const std::exception& error) {
 int run_launch(void* argument) {
   Launch& launch = *static_cast<Launch*>(argument);
   t_on_device = true;
-  if (at::get_num_threads() != launch.threads) at::set_num_threads(launch.threads);
+  std::optional<OneIntraOpThread> one_thread;
+  if (!launch.state) {
+    one_thread.emplace();
+  } else if (at::get_num_threads() != launch.threads) {
+    at::set_num_threads(launch.threads);
+  }
   try {
-    at::ThreadLocalStateGuard state(launch.state);
+    std::optional<at::ThreadLocalStateGuard> state;
+    if (launch.state) state.emplace(*launch.state);
     DeviceContext context(launch.stream);
     CorrelationScope correlation(launch.correlation);
     TraceOriginScope origin(launch.origin);
@@ -140,17 +163,30 @@ HostWait::~HostWait() {
 
 bool on_device() { return t_on_device; }
 
-void run_kernel(c10::Device device, const std::string& name, c10::function_ref<void()> body, bool timed) {
+int64_t elements_of(std::initializer_list<const at::Tensor*> tensors) {
+  int64_t elements = 0;
+  for (const at::Tensor* tensor : tensors)
+    if (tensor->defined()) elements += tensor->numel();
+  return elements;
+}
+
+void run_kernel(c10::Device device, const std::string& name, c10::function_ref<void()> body, bool timed,
+                std::optional<int64_t> pointwise_elements) {
   if (t_on_device) return body();
-  Launch launch(current_stream(device), name);
+  const bool on_caller = pointwise_elements && *pointwise_elements <= kSmallKernelElements;
+  Launch launch(current_stream(device), name, on_caller);
   launch.timed = launch.timed && timed;
   launch.body = &body;
-  launch.warnings = c10::WarningUtils::get_warning_handler();
+  if (!on_caller) launch.warnings = c10::WarningUtils::get_warning_handler();
   simStream_t stream = driver_stream(launch.stream);
   {
     HostWait wait;
-    driver_call(simLaunchKernel(stream, name.c_str(), &run_launch, &launch, 0, nullptr), "simLaunchKernel");
-    driver_call(simStreamSynchronize(stream), "simStreamSynchronize");
+    if (on_caller) {
+      driver_call(simLaunchKernelSync(stream, name.c_str(), &run_launch, &launch), "simLaunchKernelSync");
+    } else {
+      driver_call(simLaunchKernel(stream, name.c_str(), &run_launch, &launch, 0, nullptr), "simLaunchKernel");
+      driver_call(simStreamSynchronize(stream), "simStreamSynchronize");
+    }
   }
   if (launch.error) std::rethrow_exception(launch.error);
 }

@@ -390,8 +390,10 @@ def test_a_notebook_pages_cells_below_the_screen_are_drawn_when_they_come_into_v
             visit(page, served + page_path)
             assert page.evaluate(drawn, 0) is True  # the first cell, on the first screen
             assert page.evaluate(drawn, -1) is False
-            page.evaluate("[...document.querySelectorAll('.jp-Notebook-cell')].at(-1).scrollIntoView()")
-            page.wait_for_function(f"() => ({drawn})(-1)", timeout=10_000)
+            # scrolled to again at each try: the cells drawn on the way take their real heights, which may push the
+            # last one below the window again
+            last = "[...document.querySelectorAll('.jp-Notebook-cell')].at(-1)"
+            page.wait_for_function(f"() => {{ {last}.scrollIntoView(); return ({drawn})(-1); }}", timeout=10_000)
 
             # a heading far down, reached by a link from another page and by the page's own table of contents
             for heading in headings[-4:-1]:

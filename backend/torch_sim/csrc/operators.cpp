@@ -347,7 +347,7 @@ void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (any_capture() && capture_kernel(op, stack, device)) return;  // graphs.cpp: recorded, not run
 
   HostAliases aliases;
-  int64_t elements = 0;  // of a pointwise kernel, for run_kernel
+  int64_t elements = 0;  // for run_kernel, of a pointwise kernel
   auto alias = [&](const at::Tensor& t) {
     if (t.defined()) elements += t.numel();
     return aliases.add(t);

@@ -346,7 +346,8 @@ struct Registered {
   c10::OperatorHandle op;
   std::string kernel_name;  // "sim::mul.Tensor", as compute_on_host names it in profiler traces
   std::atomic<int64_t>* route_exits;  // the calls of this operator that took the boxed route instead
-  bool pointwise = op.hasTag(at::Tag::pointwise);
+  // its host loops split their work between threads only above kSmallKernelElements (run_kernel)
+  bool serial_when_small = op.hasTag(at::Tag::pointwise);
 };
 
 // The first launch of an operator with each combination of operand dtypes runs to its end before the call
@@ -562,7 +563,10 @@ struct DirectHostImpl {
     // happen inside this one (the launch waits).
     Functional<Kernel, true> kernel(std::tuple<>{});
     kernel.meta(args...);
-    run_kernel(kernel.output.device(), registered->kernel_name, [&] { kernel.impl_on_device(args...); });
+    std::optional<int64_t> serial_elements;
+    if (registered->serial_when_small) serial_elements = (elements(args) + ... + elements(kernel.output));
+    run_kernel(kernel.output.device(), registered->kernel_name, [&] { kernel.impl_on_device(args...); }, true,
+               serial_elements);
     return std::move(kernel.output);
   }
 };
@@ -583,19 +587,19 @@ struct DirectNative {
     }
     const c10::Device device = first_device(args...);
     if constexpr (std::is_reference_v<Result>) {
-      run_kernel(device, registered->kernel_name, [&] { function(args...); }, true, pointwise_elements(args...));
+      run_kernel(device, registered->kernel_name, [&] { function(args...); }, true, serial_elements(args...));
       return std::get<written_argument()>(std::forward_as_tuple(args...));
     } else {
       Result result;
       run_kernel(device, registered->kernel_name, [&] { result = function(args...); }, true,
-                 pointwise_elements(args...));
+                 serial_elements(args...));
       return result;
     }
   }
 
-  // The elements of the arguments of a pointwise operator, for run_kernel.
-  static std::optional<int64_t> pointwise_elements(const Args&... args) {
-    if (!registered->pointwise) return std::nullopt;
+  // The elements of the arguments of an operator whose loops run serially when small, for run_kernel.
+  static std::optional<int64_t> serial_elements(const Args&... args) {
+    if (!registered->serial_when_small) return std::nullopt;
     return (elements(args) + ...);
   }
 
@@ -672,8 +676,9 @@ Registered registration(const char* name, std::atomic<int64_t>& route_exits) {
 }
 
 template <class Direct>
-void install(torch::Library& m, const char* name) {
+void install(torch::Library& m, const char* name, bool serial_when_small = false) {
   Direct::registered = registration(name, g_route_exits.emplace_back(0));
+  Direct::registered->serial_when_small |= serial_when_small;
   m.impl(name, TORCH_FN(Direct::call));
   g_direct_operators.emplace_back(name);
 }
@@ -760,17 +765,20 @@ std::vector<std::string> install_direct_kernels() {
   in_place<native::structured_clamp_min_out, Scalar>(m, "clamp_min_");
   install<DirectNative<&native::relu, at::Tensor, Tensor>>(m, "relu");
   install<DirectNative<&native::relu_, at::Tensor&, at::Tensor&>>(m, "relu_");
+  // Sums, means and triangles split their work between threads only above the CPU's grain, as pointwise operators do;
+  // matrix products and softmaxes may not (their bits can differ with the number of threads at any size).
+  constexpr bool serial_when_small = true;
   install<DirectHostImpl<native::structured_sum_out, Tensor, at::OptionalIntArrayRef, bool,
-                         std::optional<c10::ScalarType>>>(m, "sum.dim_IntList");
-  install<DirectHostImpl<native::structured_tril_cpu, Tensor, int64_t>>(m, "tril");
-  install<DirectHostImpl<native::structured_triu_cpu, Tensor, int64_t>>(m, "triu");
+                         std::optional<c10::ScalarType>>>(m, "sum.dim_IntList", serial_when_small);
+  install<DirectHostImpl<native::structured_tril_cpu, Tensor, int64_t>>(m, "tril", serial_when_small);
+  install<DirectHostImpl<native::structured_triu_cpu, Tensor, int64_t>>(m, "triu", serial_when_small);
   install<DirectHostImpl<native::structured_mm_out_cpu, Tensor, Tensor>>(m, "mm");
   install<DirectHostImpl<native::structured_bmm_out_cpu, Tensor, Tensor>>(m, "bmm");
   install<DirectHostImpl<native::structured_addmm_out_cpu, Tensor, Tensor, Tensor, Scalar, Scalar>>(m, "addmm");
   install<DirectHostImpl<native::structured_softmax_cpu_out, Tensor, int64_t, bool>>(m, "_softmax");
   install<DirectHostImpl<native::structured_log_softmax_cpu_out, Tensor, int64_t, bool>>(m, "_log_softmax");
   install<DirectHostImpl<native::structured_mean_out, Tensor, at::OptionalIntArrayRef, bool,
-                         std::optional<c10::ScalarType>>>(m, "mean.dim");
+                         std::optional<c10::ScalarType>>>(m, "mean.dim", serial_when_small);
   install<DirectNative<static_cast<at::Tensor& (*)(at::Tensor&, Scalar)>(&native::fill_), at::Tensor&, at::Tensor&,
                        Scalar>>(m, "fill_.Scalar");
   constexpr at::Tensor (*where_of_tensors)(Tensor, Tensor, Tensor) = &native::where;

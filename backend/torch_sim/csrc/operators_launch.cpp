@@ -8,8 +8,9 @@
 // id of the operator that launched it, its number of intra-op threads, and, while the interface trace is on,
 // its thread and Python line (the kernel's interface calls are that operator's). Two kinds of launch:
 //   run_kernel     waits until the kernel ran and rethrows what it threw: for operators whose outputs only
-//                  the kernel can decide (most host kernels size their own outputs). A small pointwise one runs
-//                  on the calling thread once the work queued before it has run (simLaunchKernelSync);
+//                  the kernel can decide (most host kernels size their own outputs). A small one whose loops
+//                  run serially at its size (a pointwise kernel, a sum) runs on the calling thread once the work
+//                  queued before it has run (simLaunchKernelSync);
 //   launch_kernel  returns at once: for kernels whose outputs were allocated before the launch. A failure
 //                  is the device's, reported by the next synchronising call, naming the kernel.
 // A kernel that calls another operator of sim's runs that operator's kernel inline: it is already on the
@@ -171,9 +172,9 @@ int64_t elements_of(std::initializer_list<const at::Tensor*> tensors) {
 }
 
 void run_kernel(c10::Device device, const std::string& name, c10::function_ref<void()> body, bool timed,
-                std::optional<int64_t> pointwise_elements) {
+                std::optional<int64_t> serial_elements) {
   if (t_on_device) return body();
-  const bool on_caller = pointwise_elements && *pointwise_elements <= kSmallKernelElements;
+  const bool on_caller = serial_elements && *serial_elements <= kSmallKernelElements;
   Launch launch(current_stream(device), name, on_caller);
   launch.timed = launch.timed && timed;
   launch.body = &body;

@@ -121,17 +121,17 @@ void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 bool on_device();
 // Runs `body` as a kernel on the current stream of `device`, after the work queued there, and returns once it
 // ran, rethrowing what it threw. `name` names it in errors and, when `timed`, in the profiler's trace. Called
-// from a kernel, it runs `body` at once. `pointwise_elements`, for a kernel that computes each output element
-// from the same elements of its inputs alone, is the elements of all its tensors: a small one runs on the calling
-// thread (kSmallKernelElements).
+// from a kernel, it runs `body` at once. `serial_elements`, for a kernel whose host loops split their work between
+// threads only above kSmallKernelElements (pointwise kernels; sums, means and triangles), is the elements of all its
+// tensors: a small one runs on the calling thread.
 void run_kernel(c10::Device device, const std::string& name, c10::function_ref<void()> body, bool timed = true,
-                std::optional<int64_t> pointwise_elements = std::nullopt);
-// A pointwise kernel over at most this many elements in all its tensors runs on the thread that waits for it
-// (simLaunchKernelSync) with one intra-op thread, as it would on the executor: the CPU's element-wise loops split
-// their work between threads only above 32,768 elements. It computes the same bits and spares the hand-over to the
-// executor and back, which costs more than such a kernel. Only such kernels: a kernel that reduces may give other
-// bits on one thread than on the CPU's intra-op threads, and a parallel one would start an OpenMP team owned by
-// the calling thread, beside the executor's.
+                std::optional<int64_t> serial_elements = std::nullopt);
+// Such a kernel over at most this many elements in all its tensors runs on the thread that waits for it
+// (simLaunchKernelSync) with one intra-op thread, as it would on the executor: the CPU's element-wise and reduction
+// loops split their work between threads only above 32,768 elements. It computes the same bits and spares the
+// hand-over to the executor and back, which costs more than such a kernel. Only such kernels: others (a matrix
+// product, a softmax) may give other bits on one thread than on the CPU's intra-op threads, and a parallel one would
+// start an OpenMP team owned by the calling thread, beside the executor's.
 constexpr int64_t kSmallKernelElements = 32768;
 // The elements of the defined tensors among `tensors`, for run_kernel.
 int64_t elements_of(std::initializer_list<const at::Tensor*> tensors);

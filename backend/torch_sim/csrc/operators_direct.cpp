@@ -455,7 +455,7 @@ template <class T>
 bool plain(const T&) {
   return true;
 }
-bool plain(const at::Tensor& t) { return !t.defined() || !t._is_zerotensor(); }
+bool plain(const at::Tensor& t) { return !t.defined() || !t.key_set().has(c10::DispatchKey::ZeroTensor); }
 
 template <class Kernel, class... Args>
 std::optional<at::Tensor> run_functional(const Registered& registered, bool may_promote, const Args&... args) {

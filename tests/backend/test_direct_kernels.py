@@ -612,6 +612,26 @@ def test_sums_means_and_triangles_near_the_calling_threads_limit_are_bit_identic
     assert torch.sim.direct_route_exits() == {}, "calls left the direct kernels for the boxed route"
 
 
+@pytest.mark.skipif(torch.get_num_threads() < 2, reason="compares one intra-op thread with several; this process has one")
+def test_matrix_products_and_softmaxes_stay_off_the_calling_thread_because_their_cpu_bits_depend_on_the_thread_count():
+    """Why run_kernel's calling-thread route leaves them out: small as they are, the CPU computes them with other bits
+    on one intra-op thread than on its default threads, and a kernel on the calling thread has one."""
+    a, b = operand((10, 32), torch.float32, 1), operand((32, 128), torch.float32, 2)
+    x = operand((181, 181), torch.float32, 3)
+    threads = torch.get_num_threads()
+    results = []
+    for count in (threads, 1):
+        torch.set_num_threads(count)
+        try:
+            results.append((torch.mm(a, b), torch.softmax(x, 0)))
+        finally:
+            torch.set_num_threads(threads)
+    (mm_default, softmax_default), (mm_one, softmax_one) = results
+    assert not torch.equal(mm_default, mm_one) and not torch.equal(softmax_default, softmax_one)
+    assert_same_as_cpu(lambda p, q: torch.mm(p, q), a, b, label="mm on sim")  # on the executor: the CPU's bits
+    assert_same_as_cpu(lambda t: torch.softmax(t, 0), x, label="softmax on sim")
+
+
 @pytest.mark.filterwarnings("ignore:An output with one or more elements was resized")
 @pytest.mark.parametrize("out_layout", ["transposed", "sliced", "wrong shape", "empty"])
 def test_where_writes_into_an_out_tensor_as_the_cpu_does(out_layout):

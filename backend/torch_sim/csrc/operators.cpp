@@ -588,7 +588,7 @@ at::Tensor sim_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non
   run_kernel(device, kernel_name, [&] {
     HostScope scope(device);
     host_alias(dst).copy_(host_alias(self));
-  }, true, elements_of({&self, &dst}));
+  }, true, self.numel() + dst.numel());
   return dst;
 }
 

@@ -164,13 +164,6 @@ HostWait::~HostWait() {
 
 bool on_device() { return t_on_device; }
 
-int64_t elements_of(std::initializer_list<const at::Tensor*> tensors) {
-  int64_t elements = 0;
-  for (const at::Tensor* tensor : tensors)
-    if (tensor->defined()) elements += tensor->numel();
-  return elements;
-}
-
 void run_kernel(c10::Device device, const std::string& name, c10::function_ref<void()> body, bool timed,
                 std::optional<int64_t> serial_elements) {
   if (t_on_device) return body();

@@ -133,8 +133,6 @@ void run_kernel(c10::Device device, const std::string& name, c10::function_ref<v
 // product, a softmax) may give other bits on one thread than on the CPU's intra-op threads, and a parallel one would
 // start an OpenMP team owned by the calling thread, beside the executor's.
 constexpr int64_t kSmallKernelElements = 32768;
-// The elements of the defined tensors among `tensors`, for run_kernel.
-int64_t elements_of(std::initializer_list<const at::Tensor*> tensors);
 // Queues `work` as a kernel on the current stream of `device` and returns at once; what it throws becomes the
 // device's error, raised by the next synchronising call. `name` must live as long as the process. Called from a
 // kernel, it runs `work` at once.

@@ -595,8 +595,8 @@ def test_reductions_over_strided_dimensions_are_bit_identical_to_the_cpu(reducti
 
 
 # Shapes whose tensors hold about kSmallKernelElements (32,768) elements in all, on either side: a sum, a mean, a
-# maximum or a triangle that small runs on the calling thread with one intra-op thread (run_kernel), a larger one on the executor
-# with the caller's; the CPU splits the work of these loops between its threads only above that size.
+# maximum or a triangle that small runs on the calling thread with one intra-op thread (run_kernel), a larger one on
+# the executor with the caller's; the CPU splits the work of these loops between its threads only above that size.
 AROUND_THE_CALLERS_LIMIT = [(128, 255), (100, 300), (181, 181), (3, 7, 1500), (2, 16384), (16384, 2)]
 
 
@@ -635,7 +635,8 @@ def bits_depend_on_the_thread_count(function: Callable, *args: torch.Tensor) -> 
 def test_matrix_products_and_softmaxes_stay_off_the_calling_thread_because_their_cpu_bits_depend_on_the_thread_count():
     """Why run_kernel's calling-thread route leaves them out: small as they are, the CPU computes some of them with
     other bits on one intra-op thread than on its default threads, and a kernel on the calling thread has one."""
-    products = [(operand((m, k), torch.float32, 1), operand((k, n), torch.float32, 2)) for m, k, n in SMALL_MATRIX_PRODUCTS]
+    products = [(operand((m, k), torch.float32, 1), operand((k, n), torch.float32, 2))
+                for m, k, n in SMALL_MATRIX_PRODUCTS]
     softmaxes = [(operand(shape, torch.float32, 3), dim) for shape, dim in SMALL_SOFTMAXES]
     assert any(bits_depend_on_the_thread_count(torch.mm, a, b) for a, b in products)
     assert any(bits_depend_on_the_thread_count(lambda t: torch.softmax(t, dim), x) for x, dim in softmaxes)

@@ -375,21 +375,14 @@ std::mutex g_launched_kinds_mutex;
 std::set<std::pair<const Registered*, uint64_t>> g_launched_kinds;
 
 template <class Launch>
-void launch_direct(const Registered& registered, c10::Device device, uint64_t kinds, int64_t elements,
-                   std::unique_ptr<Launch> launch) {
-  // A small kernel with nothing queued before it on its stream runs on the calling thread (run_kernel): a hand-over
-  // to the executor would cost more than the kernel. Behind queued work it is queued too, so the caller never waits.
-  const bool on_caller = registered.serial_when_small && elements <= kSmallKernelElements &&
-                         simStreamQuery(driver_stream(current_stream(device))) == simSuccess;
+void launch_direct(const Registered& registered, c10::Device device, uint64_t kinds, std::unique_ptr<Launch> launch) {
   bool launched_before = false;
   {
     std::lock_guard<std::mutex> lock(g_launched_kinds_mutex);
     launched_before = g_launched_kinds.count({&registered, kinds}) > 0;
   }
-  if (on_caller || !launched_before) {
-    const auto serial_elements = registered.serial_when_small ? std::optional<int64_t>(elements) : std::nullopt;
-    run_kernel(device, registered.kernel_name, [&] { launch->run(); }, true, serial_elements);
-    if (launched_before) return;
+  if (!launched_before) {
+    run_kernel(device, registered.kernel_name, [&] { launch->run(); });
     std::lock_guard<std::mutex> lock(g_launched_kinds_mutex);
     g_launched_kinds.insert({&registered, kinds});
     return;
@@ -479,8 +472,7 @@ std::optional<at::Tensor> run_functional(const Registered& registered, bool may_
     }
   }
   at::Tensor output = std::move(kernel.output);  // the caller's: the launch computes into its handle only
-  const int64_t operand_elements = (elements(args) + ... + elements(output));
-  launch_direct(registered, output.device(), operand_kinds(args...), operand_elements, std::move(launch));
+  launch_direct(registered, output.device(), operand_kinds(args...), std::move(launch));
   return output;
 }
 
@@ -536,8 +528,7 @@ struct DirectInPlace {
       }
     }
     std::optional<at::Tensor> proxy = kernel.proxy;
-    launch_direct(*registered, self.device(), operand_kinds(self, args...), (elements(self) + ... + elements(args)),
-                  std::move(launch));
+    launch_direct(*registered, self.device(), operand_kinds(self, args...), std::move(launch));
     if (proxy) self.copy_(*proxy);
     return true;
   }
@@ -712,8 +703,8 @@ void install_assert_async(torch::Library& m) {
 }
 
 template <class Kernel, class... Args>
-void functional(torch::Library& m, const char* name, bool serial_when_small = false) {
-  install<DirectFunctional<Kernel, Args...>>(m, name, serial_when_small);
+void functional(torch::Library& m, const char* name) {
+  install<DirectFunctional<Kernel, Args...>>(m, name);
 }
 
 template <class Kernel, class... Args>
@@ -764,8 +755,7 @@ std::vector<std::string> install_direct_kernels() {
   functional<native::structured_threshold_backward_out, Tensor, Tensor, Scalar>(m, "threshold_backward");
   functional<native::structured_tanh_backward_out, Tensor, Tensor>(m, "tanh_backward");
   functional<native::structured_sigmoid_backward_out, Tensor, Tensor>(m, "sigmoid_backward");
-  // amax, as a sum, splits its work between threads only above the CPU's grain: small, it runs on the caller
-  functional<native::structured_amax_out, Tensor, c10::IntArrayRef, bool>(m, "amax", /*serial_when_small=*/true);
+  functional<native::structured_amax_out, Tensor, c10::IntArrayRef, bool>(m, "amax");
   scalar_overload<native::structured_eq_Tensor_out>(m, "eq.Scalar");
   scalar_overload<native::structured_ne_Tensor_out>(m, "ne.Scalar");
   scalar_overload<native::structured_lt_Tensor_out>(m, "lt.Scalar");

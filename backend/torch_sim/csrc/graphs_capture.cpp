@@ -147,23 +147,13 @@ void refuse_synchronize_while_capturing(DeviceIndex device, int64_t stream_id) {
                                 "replay; synchronize before capture_begin or after capture_end"));
 }
 
-// A tensor with `geometry`'s sizes, strides and flags on another storage.
-static at::Tensor on_storage(c10::Storage storage, c10::DispatchKey key, const at::Tensor& geometry) {
-  auto result =
-      at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key), geometry.dtype());
-  result.unsafeGetTensorImpl()->set_sizes_and_strides(geometry.sizes(), geometry.strides(), geometry.storage_offset());
-  if (geometry.is_conj()) result._set_conj(true);
-  if (geometry.is_neg()) result._set_neg(true);
-  return result;
-}
-
 // A host alias that does not own its bytes: for memory of the graph's own pool, which stays reserved for
 // the pool as long as the graph lives, so that a block freed during the capture serves a later allocation
 // of the same capture (the replay runs in the capture's order, as a device's stream does).
 static at::Tensor unowned_host_alias(const at::Tensor& t) {
   c10::Storage storage(c10::Storage::use_byte_size_t(), t.storage().nbytes(),
                        c10::DataPtr(t.storage().mutable_data(), c10::Device(c10::kCPU)), nullptr, false);
-  return on_storage(std::move(storage), c10::DispatchKey::CPU, t);
+  return tensor_on_storage(std::move(storage), c10::DispatchKey::CPU, t);
 }
 
 // The device tensors of one call and their stand-ins: meta tensors for the shape computation, host
@@ -190,7 +180,7 @@ struct CallTensors {
                              t.storage().resizable());
       device_storages[storage.unsafeGetStorageImpl()] = t.storage();
     }
-    at::Tensor result = on_storage(storage, c10::DispatchKey::Meta, t);
+    at::Tensor result = tensor_on_storage(storage, c10::DispatchKey::Meta, t);
     meta_of_device[t.unsafeGetTensorImpl()] = result;
     device_of_meta[result.unsafeGetTensorImpl()] = t;
     return result;
@@ -225,7 +215,7 @@ struct CallTensors {
                              &device_allocator(), true);
       fresh = true;
     }
-    at::Tensor result = on_storage(storage, c10::DispatchKey::PrivateUse1, meta_result);
+    at::Tensor result = tensor_on_storage(storage, c10::DispatchKey::PrivateUse1, meta_result);
     device_of_meta[meta_result.unsafeGetTensorImpl()] = result;
     return result;
   }

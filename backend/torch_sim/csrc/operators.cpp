@@ -73,13 +73,13 @@ static c10::Storage host_view_of_storage(const c10::Storage& device_storage) {
                       redirecting_cpu_allocator(), device_storage.resizable());
 }
 
-static at::Tensor tensor_on_storage(c10::Storage storage, c10::DispatchKey key, const at::Tensor& geometry) {
-  auto result = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key),
-                                                         geometry.dtype());
+at::Tensor tensor_on_storage(c10::Storage storage, c10::DispatchKey key, const at::Tensor& geometry) {
+  c10::DispatchKeySet keys(key);
+  if (geometry.is_conj()) keys = keys.add(c10::DispatchKey::Conjugate);
+  if (geometry.is_neg()) keys = keys.add(c10::DispatchKey::Negative);
+  auto result = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), keys, geometry.dtype());
   result.unsafeGetTensorImpl()->set_sizes_and_strides(geometry.sizes(), geometry.strides(),
                                                       geometry.storage_offset());
-  if (geometry.is_conj()) result._set_conj(true);
-  if (geometry.is_neg()) result._set_neg(true);
   return result;
 }
 
@@ -264,12 +264,16 @@ struct HostAliases {
     for (auto& entry : entries) {
       auto* host_impl = entry.host_tensor.unsafeGetTensorImpl();
       auto* device_impl = entry.device_tensor.unsafeGetTensorImpl();
-      if (host_impl->sizes() != device_impl->sizes() || host_impl->strides() != device_impl->strides() ||
-          host_impl->storage_offset() != device_impl->storage_offset())
+      if (host_impl->is_conj() != device_impl->is_conj() || host_impl->is_neg() != device_impl->is_neg()) {
+        // a kernel flipped the lazy conjugate or negative bit of its out= tensor: the device tensor takes the
+        // host tensor's metadata whole (its autograd state and version counter stay its own)
+        at::Tensor flipped = tensor_on_storage(entry.device_tensor.storage(), c10::DispatchKey::PrivateUse1,
+                                               entry.host_tensor);
+        device_impl->shallow_copy_from(flipped.getIntrusivePtr());
+      } else if (host_impl->sizes() != device_impl->sizes() || host_impl->strides() != device_impl->strides() ||
+                 host_impl->storage_offset() != device_impl->storage_offset()) {
         device_impl->set_sizes_and_strides(host_impl->sizes(), host_impl->strides(), host_impl->storage_offset());
-      // a kernel may flip the lazy conjugate or negative bit of its out= tensor
-      if (host_impl->is_conj() != device_impl->is_conj()) device_impl->_set_conj(host_impl->is_conj());
-      if (host_impl->is_neg() != device_impl->is_neg()) device_impl->_set_neg(host_impl->is_neg());
+      }
     }
   }
 
@@ -604,12 +608,12 @@ c10::Scalar sim_local_scalar_dense(const at::Tensor& self) {
   if (self.is_conj() || self.is_neg()) {
     static const std::string kernel_name = "sim::_local_scalar_dense";
     c10::Scalar value;
-    run_kernel(self.device(), kernel_name, [&] { value = at::_local_scalar_dense(host_alias(self)); }, true, 1);
+    run_kernel(self.device(), kernel_name, [&] { value = host_alias(self).item(); }, true, 1);
     return value;
   }
   at::Tensor value = at::empty({}, self.options().device(c10::kCPU));
   copy_with_driver(self.as_strided({}, {}), value, false);
-  return at::_local_scalar_dense(value);
+  return value.item();
 }
 
 // ------------------------------------------------- convolution (explicit)

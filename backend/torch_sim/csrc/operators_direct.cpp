@@ -163,11 +163,7 @@ at::Tensor kernel_handle(const at::Tensor& t) {
   if (!t.defined()) return t;
   const bool on_device = t.device().type() == kSim;
   const auto key = on_device ? c10::DispatchKey::PrivateUse1 : c10::DispatchKey::CPU;
-  auto handle = at::detail::make_tensor<c10::TensorImpl>(on_device ? device_bytes(t.storage()) : c10::Storage(t.storage()),
-                                                         c10::DispatchKeySet(key), t.dtype());
-  handle.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  if (t.is_conj()) handle._set_conj(true);
-  if (t.is_neg()) handle._set_neg(true);
+  at::Tensor handle = tensor_on_storage(on_device ? device_bytes(t.storage()) : c10::Storage(t.storage()), key, t);
   if (t.unsafeGetTensorImpl()->is_wrapped_number()) handle.unsafeGetTensorImpl()->set_wrapped_number(true);
   return handle;
 }

@@ -56,16 +56,6 @@ c10::Storage storage_over(const c10::Storage& owner, c10::Device device, c10::Al
                       owner.resizable());
 }
 
-at::Tensor tensor_over(c10::Storage storage, c10::DispatchKey key, const at::Tensor& geometry) {
-  auto result =
-      at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key), geometry.dtype());
-  result.unsafeGetTensorImpl()->set_sizes_and_strides(geometry.sizes(), geometry.strides(),
-                                                      geometry.storage_offset());
-  if (geometry.is_conj()) result._set_conj(true);
-  if (geometry.is_neg()) result._set_neg(true);
-  return result;
-}
-
 // The host tensors shown for one call's sim tensors (one per tensor, one host storage per device storage),
 // and the way back for host results: a tensor over the device storage they were shown from, the result's
 // own bytes when they are sim memory (host kernels allocate there while they compute for sim), else a copy.
@@ -85,7 +75,7 @@ class HostExchange {
       host_storage = storage_over(t.storage(), c10::Device(c10::kCPU), redirecting_cpu_allocator());
       storages_.emplace_back(t.storage(), host_storage);
     }
-    at::Tensor host = tensor_over(host_storage, c10::DispatchKey::CPU, t);
+    at::Tensor host = tensor_on_storage(host_storage, c10::DispatchKey::CPU, t);
     tensors_.emplace_back(t, host);
     return {host, true};
   }
@@ -94,9 +84,9 @@ class HostExchange {
     if (!host.defined() || host.device().type() == kSim) return host;
     for (auto& [device_storage, shown] : storages_)
       if (shown.unsafeGetStorageImpl() == host.storage().unsafeGetStorageImpl())
-        return tensor_over(device_storage, c10::DispatchKey::PrivateUse1, host);
+        return tensor_on_storage(device_storage, c10::DispatchKey::PrivateUse1, host);
     if (is_sim_memory(host.storage()))
-      return tensor_over(storage_over(host.storage(), device_, &device_allocator()), c10::DispatchKey::PrivateUse1,
+      return tensor_on_storage(storage_over(host.storage(), device_, &device_allocator()), c10::DispatchKey::PrivateUse1,
                          host);
     auto options = host.options().device(device_);
     at::Tensor copy = host.is_non_overlapping_and_dense()

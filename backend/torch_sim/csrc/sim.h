@@ -108,6 +108,9 @@ struct DeviceRandomScope {
 
 // ---------------------------------------------------------- operators.cpp
 at::Tensor host_view(const at::Tensor& device_tensor);  // the same bytes, as a CPU tensor
+// A tensor over `storage`, dispatched as `key`, with `geometry`'s sizes, strides, offset and lazy conjugate and
+// negative bits (keys of its key set from the start: no call sets them afterwards).
+at::Tensor tensor_on_storage(c10::Storage storage, c10::DispatchKey key, const at::Tensor& geometry);
 // An operator's name with its overload ("aten::mul.Tensor"), and its kernel's name in profiler traces and
 // graph dumps ("sim::mul.Tensor").
 std::string qualified_operator_name(const c10::OperatorHandle& op);

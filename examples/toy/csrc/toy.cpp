@@ -171,7 +171,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   return copy_from(self, dst, false);
 }
 
-c10::Scalar local_scalar_dense(const at::Tensor& self) { return at::_local_scalar_dense(on_host(self)); }
+c10::Scalar local_scalar_dense(const at::Tensor& self) { return on_host(self).item(); }
 
 at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
   if (self.numel() > 0) on_host(self).fill_(value);

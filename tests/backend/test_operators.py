@@ -116,6 +116,19 @@ def test_out_arguments_keep_a_conjugate_bit_the_kernel_sets():
     torch.testing.assert_close(got.cpu(), expected, rtol=0, atol=0)
 
 
+def test_an_out_argument_takes_the_conjugate_bit_the_kernel_sets_on_it():
+    torch.manual_seed(0)
+    matrix = torch.randn(3, 3, dtype=torch.complex64)
+    rhs = torch.randn(1, 3, dtype=torch.complex64)
+    lu, pivots = torch.linalg.lu_factor(matrix)
+    expected, out = torch.empty(0, dtype=torch.complex64), torch.empty(0, dtype=torch.complex64, device="sim")
+    torch.linalg.lu_solve(lu, pivots, rhs, left=False, out=expected)
+    torch.linalg.lu_solve(lu.to("sim"), pivots.to("sim"), rhs.to("sim"), left=False, out=out)
+    assert expected.is_conj() and out.is_conj()  # the CPU kernel sets the bit on its out= tensor; sim's carries it
+    assert out.device == torch.device("sim:0") and out.shape == expected.shape
+    torch.testing.assert_close(out.cpu(), expected, rtol=0, atol=0)
+
+
 def test_mode_with_out_arguments():
     x = torch.tensor([[1.0, 2.0, 2.0], [3.0, 3.0, 1.0]])
     values, indices = torch.empty(0, device="sim"), torch.empty(0, dtype=torch.long, device="sim")

@@ -105,11 +105,17 @@ def test_sparse_tensors_are_refused_clearly():
         torch.empty(2, 2, device="sim", layout=torch.sparse_coo)
 
 
-def test_out_arguments_keep_a_conjugate_bit_the_kernel_sets():
+def lu_solve_operands() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """LU factors, pivots and a right-hand side whose solve from the right the CPU returns conjugated."""
     torch.manual_seed(0)
     matrix = torch.randn(3, 3, dtype=torch.complex64)
     rhs = torch.randn(1, 3, dtype=torch.complex64)
     lu, pivots = torch.linalg.lu_factor(matrix)
+    return lu, pivots, rhs
+
+
+def test_out_arguments_keep_a_conjugate_bit_the_kernel_sets():
+    lu, pivots, rhs = lu_solve_operands()
     expected = torch.linalg.lu_solve(lu, pivots, rhs, left=False)
     got = torch.linalg.lu_solve(lu.to("sim"), pivots.to("sim"), rhs.to("sim"), left=False)
     assert expected.is_conj() and got.is_conj()  # the CPU kernel hands back a conjugated view; sim's keeps the bit
@@ -117,10 +123,7 @@ def test_out_arguments_keep_a_conjugate_bit_the_kernel_sets():
 
 
 def test_an_out_argument_takes_the_conjugate_bit_the_kernel_sets_on_it():
-    torch.manual_seed(0)
-    matrix = torch.randn(3, 3, dtype=torch.complex64)
-    rhs = torch.randn(1, 3, dtype=torch.complex64)
-    lu, pivots = torch.linalg.lu_factor(matrix)
+    lu, pivots, rhs = lu_solve_operands()
     expected, out = torch.empty(0, dtype=torch.complex64), torch.empty(0, dtype=torch.complex64, device="sim")
     torch.linalg.lu_solve(lu, pivots, rhs, left=False, out=expected)
     torch.linalg.lu_solve(lu.to("sim"), pivots.to("sim"), rhs.to("sim"), left=False, out=out)

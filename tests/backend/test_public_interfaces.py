@@ -18,7 +18,7 @@ EXPLORER_CSRC = Path(pu1_explorer.__file__).parent / "csrc"
 # A call of an underscore name through a member (`t._set_conj(`, `impl->_x(`) or a namespace (`at::_x(`).
 UNDERSCORE_CALL = re.compile(r"(?:\.|->|::)\s*(_[a-z]\w*)\s*\(")
 
-# The underscore names sim's C++ may call, and why each has no public form.
+# The underscore names the project's C++ may call, and why each has no public form.
 INTEGRATION_POINTS = {
     "_allgather_base": "c10d's Backend method behind all_gather_into_tensor: simccl overrides it and delegates "
                        "to its host group",
@@ -56,6 +56,9 @@ def test_tensors_whose_lazy_bits_sim_carries_keep_them_on_every_route():
     conjugated = z.to("sim").conj()
     negated = conjugated.imag  # a view with the negative bit
     assert conjugated.is_conj() and negated.is_neg()
+    torch.sim.reset_direct_route_exits()
     assert torch.equal((conjugated * 1).cpu(), z.conj() * 1)  # a direct kernel's handle keeps the conjugate bit
-    assert torch.equal(negated.exp().cpu(), z.conj().imag.exp())  # a host kernel's alias keeps the negative bit
+    assert torch.equal(negated.exp().cpu(), z.conj().imag.exp())  # ... and the negative bit
+    assert torch.sim.direct_route_exits() == {}, "mul or exp left the direct route"
+    assert torch.equal(negated.cumsum(0).cpu(), z.conj().imag.cumsum(0))  # a host kernel's alias (no direct cumsum)
     assert conjugated[0].item() == 1 - 2j and negated[1].item() == 1.0  # .item() reads through either bit

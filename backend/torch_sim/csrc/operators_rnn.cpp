@@ -86,8 +86,8 @@ class HostExchange {
       if (shown.unsafeGetStorageImpl() == host.storage().unsafeGetStorageImpl())
         return tensor_on_storage(device_storage, c10::DispatchKey::PrivateUse1, host);
     if (is_sim_memory(host.storage()))
-      return tensor_on_storage(storage_over(host.storage(), device_, &device_allocator()), c10::DispatchKey::PrivateUse1,
-                         host);
+      return tensor_on_storage(storage_over(host.storage(), device_, &device_allocator()),
+                               c10::DispatchKey::PrivateUse1, host);
     auto options = host.options().device(device_);
     at::Tensor copy = host.is_non_overlapping_and_dense()
                           ? at::empty_strided(host.sizes(), host.strides(), options)

@@ -146,6 +146,7 @@ struct OperatorEntry {
   bool has_host_kernel = false;
   bool is_random = false;
   bool pointwise = false;  // each output element from the same elements of the inputs alone, not drawn at random
+  bool updates_in_place_only = false;  // returns nothing: a foreach or fused optimizer update of its arguments
   std::vector<int> generator_arguments;  // Generator? arguments, filled in from the device generator
 };
 static std::mutex g_operator_entries_mutex;
@@ -167,6 +168,9 @@ static OperatorEntry& filled_operator_entry(const c10::OperatorHandle& op) {
     }
     entry.is_random = op.hasTag(at::Tag::nondeterministic_seeded);
     entry.pointwise = op.hasTag(at::Tag::pointwise) && !entry.is_random;
+    const std::string base = name.name.substr(name.name.find("::") + 2);
+    entry.updates_in_place_only = op.schema().returns().empty() && !base.empty() && base.back() == '_' &&
+                                  (base.rfind("_foreach_", 0) == 0 || base.rfind("_fused_", 0) == 0);
     static const std::unordered_set<std::string> indexing{"index", "index_put", "index_put_", "_index_put_impl_",
                                                           "_unsafe_index", "_unsafe_index_put"};
     entry.takes_host_indices = indexing.count(name.name.substr(name.name.find("::") + 2)) > 0;
@@ -320,6 +324,56 @@ static void refuse_quantized_operator(const c10::OperatorHandle& op, c10::Dispat
   refuse_quantized(operator_entry(op).name, dtype);
 }
 
+// Whether the CPU's kernel of an in-place update that returns nothing (a foreach or fused optimizer kernel) will
+// take these arguments: every tensor on `device`, strided, floating point and without lazy bits; the lists of one
+// length, and at each position of one dtype and one shape (a list it only reads may hold 0-dim tensors there, as
+// the optimizers' steps); a written tensor dense and without internal overlap; a lone tensor 0-dim and on `device`;
+// no complex scalar. Such a call is launched without waiting (there is nothing the kernel decides that the host
+// needs), as CUDA's foreach kernels are; any other call takes the waiting route, where the CPU's kernel raises its
+// own error at once.
+static bool cpu_kernel_takes(const c10::FunctionSchema& schema, const torch::jit::Stack& stack, size_t first,
+                             c10::Device device) {
+  const auto& arguments = schema.arguments();
+  c10::SmallVector<std::pair<c10::List<at::Tensor>, bool>, 6> lists;  // and whether the kernel writes it
+  c10::SmallVector<size_t, 2> scalar_list_lengths;
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const c10::IValue& value = stack[first + i];
+    const bool written = arguments[i].alias_info() != nullptr && arguments[i].alias_info()->isWrite();
+    if (value.isTensorList()) {
+      auto list = value.toTensorList();
+      if (!list.empty()) lists.emplace_back(std::move(list), written);
+    } else if (value.isTensor()) {
+      const at::Tensor& t = value.toTensor();
+      if (t.defined() && (written || t.dim() != 0 || t.device() != device || t.is_complex())) return false;
+    } else if (value.isList()) {
+      for (const c10::IValue& element : value.toListRef())
+        if (!element.isDouble() && !element.isInt() && !element.isBool()) return false;
+      scalar_list_lengths.push_back(value.toListRef().size());
+    } else if (value.isComplexDouble() || value.isGenerator() || value.isDevice()) {
+      return false;
+    }
+  }
+  if (lists.empty()) return false;
+  const size_t length = lists.front().first.size();
+  for (const auto& [list, written] : lists)
+    if (list.size() != length) return false;
+  for (size_t scalars : scalar_list_lengths)
+    if (scalars != length) return false;
+  for (size_t j = 0; j < length; ++j) {
+    const at::Tensor reference = lists.front().first.get(j);
+    if (!reference.defined()) return false;
+    for (const auto& [list, written] : lists) {
+      const at::Tensor t = list.get(j);
+      if (!t.defined() || t.device() != device || t.layout() != c10::kStrided || !t.is_floating_point() ||
+          t.scalar_type() != reference.scalar_type() || t.is_conj() || t.is_neg())
+        return false;
+      if (t.sizes() != reference.sizes() && (written || t.dim() != 0)) return false;
+      if (written && !t.is_non_overlapping_and_dense()) return false;
+    }
+  }
+  return true;
+}
+
 // Runs an operator's host (CPU) kernel on device memory: the boxed kernel behind
 // the per-op native kernels and the fallback alike.
 void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -349,6 +403,8 @@ void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       "' has no sim kernel and no host kernel to fall back to. Register a kernel for PrivateUse1 "
       "with torch.library.impl('", entry.name, "', 'PrivateUse1').");
   if (any_capture() && capture_kernel(op, stack, device)) return;  // graphs.cpp: recorded, not run
+  const bool without_waiting = entry.updates_in_place_only && !where.host_tensor &&
+                               cpu_kernel_takes(op.schema(), *stack, first, device);
 
   HostAliases aliases;
   int64_t elements = 0;  // for run_kernel, of a pointwise kernel
@@ -382,6 +438,20 @@ void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     } else if (value.isGenerator() && value.toGenerator().device().type() == kSim) {
       value = host_generator_for(value.toGenerator());
     }
+  }
+
+  if (without_waiting) {
+    // The launch owns the arguments' host aliases and, through them, the device tensors, until the kernel ran.
+    std::vector<c10::IValue> host_arguments(std::make_move_iterator(stack->begin() + first),
+                                            std::make_move_iterator(stack->end()));
+    stack->erase(stack->begin() + first, stack->end());
+    launch_kernel(device, entry.kernel_name, [op, device, host_arguments = std::move(host_arguments),
+                                              aliases = std::move(aliases)]() mutable {
+      HostScope scope(device);
+      torch::jit::Stack host_stack = std::move(host_arguments);
+      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host_stack);
+    });
+    return;
   }
 
   // The host kernel, and the way back from its results to sim tensors, run on the device as one kernel.

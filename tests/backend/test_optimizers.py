@@ -45,17 +45,15 @@ def test_an_optimizer_step_on_sim_is_the_cpus_bit_for_bit_through_sims_kernels(o
 
 
 
-# Steps made only of updates that return nothing (foreach and fused kernels of in-place updates). AdamW's and
-# Adam's foreach steps also call `_foreach_sqrt`, whose new tensors the host waits for.
-WITHOUT_WAITING = [("AdamW", "fused"), ("Adam, amsgrad", "fused"), ("SGD, momentum", "fused"),
-                   ("SGD, momentum", "foreach")]
 SLEEP_MS = 1500  # long enough that the host's own steps take a small part of it
 
 
-@pytest.mark.parametrize(("optimizer", "implementation"), WITHOUT_WAITING)
-def test_a_step_of_in_place_updates_returns_before_the_device_ran_it(optimizer, implementation):
-    """Its updates are launched without waiting, as CUDA's foreach and fused kernels are: behind a sleeping device
-    the step returns at once with its work still queued, and once synchronised the parameters are the CPU's."""
+@pytest.mark.parametrize("implementation", ["foreach", "fused"])
+@pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
+def test_an_optimizer_step_returns_before_the_device_ran_it(optimizer, implementation):
+    """Its foreach and fused kernels are launched without waiting, as CUDA's are (the in-place updates, and the
+    foreach calls that return new tensors, as AdamW's `_foreach_sqrt`): behind a sleeping device the step returns at
+    once with its work still queued, and once synchronised the parameters are the CPU's."""
     seen = {}
 
     def behind_a_sleeping_device(step: torch.optim.Optimizer) -> None:
@@ -83,17 +81,37 @@ REFUSED_UPDATES = {
                                                                  [ones(2, device, torch.float64)], 0.5),
     "a complex scalar": lambda device: torch._foreach_add_([ones(2, device)], 1j),
     "scalars for another length": lambda device: torch._foreach_add_([ones(2, device)], [1.0, 2.0]),
+    "new tensors of two shapes": lambda device: torch._foreach_add([ones(2, device)], [ones(3, device)]),
 }
 
 
 @pytest.mark.parametrize("update", list(REFUSED_UPDATES))
-def test_an_update_the_cpu_refuses_raises_at_its_call_with_the_cpus_message(update):
-    """A call of an update that returns nothing takes the route without waiting only where the CPU's kernel will
-    take its arguments; any other call waits, so that the CPU's error is raised by the call itself, not by the
-    next synchronising call."""
+def test_a_foreach_call_the_cpu_refuses_raises_at_the_call_with_the_cpus_message(update):
+    """A foreach or fused call takes the route without waiting only where the CPU's kernel will take its arguments;
+    any other call waits, so that the CPU's error is raised by the call itself, not by the next synchronising
+    call."""
     with pytest.raises(Exception) as on_cpu:
         REFUSED_UPDATES[update]("cpu")
     with pytest.raises(type(on_cpu.value)) as on_sim:
         REFUSED_UPDATES[update]("sim")
     assert str(on_sim.value).splitlines()[0] == str(on_cpu.value).splitlines()[0]
     torch.sim.synchronize()  # nothing was left queued to fail later
+
+
+def test_a_foreach_call_that_returns_new_tensors_returns_them_before_the_device_ran_it():
+    """`_foreach_sqrt` and `_foreach_add.List` allocate their new tensors and return them at once; the kernel fills
+    them with the CPU's bits (NaNs where the CPU has them) and leaves its arguments as they were."""
+    generator = torch.Generator().manual_seed(0)
+    xs = [torch.randn(5, 3, generator=generator) for _ in range(4)]
+    ys = [torch.randn(5, 3, generator=generator) for _ in range(4)]
+    on_sim_x, on_sim_y = [x.to("sim") for x in xs], [y.to("sim") for y in ys]
+    torch.sim.device_sleep(SLEEP_MS)
+    started = time.monotonic()
+    roots, sums = torch._foreach_sqrt(on_sim_x), torch._foreach_add(on_sim_x, on_sim_y, alpha=0.5)
+    returned_after = time.monotonic() - started
+    assert not torch.sim.current_stream().query() and returned_after * 1000 < SLEEP_MS / 2, returned_after
+    for got, want in zip([*roots, *sums], [*torch._foreach_sqrt(xs), *torch._foreach_add(xs, ys, alpha=0.5)]):
+        assert got.device.type == "sim" and got.stride() == want.stride()
+        assert torch.equal(got.cpu().isnan(), want.isnan()) and torch.equal(got.cpu().nan_to_num(), want.nan_to_num())
+    assert all(torch.equal(got.cpu(), want) for got, want in zip(on_sim_x, xs))
+    assert {t.untyped_storage().data_ptr() for t in roots}.isdisjoint(t.untyped_storage().data_ptr() for t in on_sim_x)

@@ -147,10 +147,21 @@ struct OperatorEntry {
   bool is_random = false;
   bool pointwise = false;  // each output element from the same elements of the inputs alone, not drawn at random
   bool updates_in_place_only = false;  // returns nothing: a foreach or fused optimizer update of its arguments
+  // of an out-of-place foreach operator, its in-place twin (`_foreach_sqrt_` of `_foreach_sqrt`): the route that
+  // does not wait computes the new tensors in place over copies of the first list
+  std::optional<c10::OperatorHandle> in_place_twin;
   std::vector<int> generator_arguments;  // Generator? arguments, filled in from the device generator
 };
 static std::mutex g_operator_entries_mutex;
 static std::unordered_map<const c10::FunctionSchema*, OperatorEntry> g_operator_entries;
+
+static bool same_arguments(const c10::FunctionSchema& a, const c10::FunctionSchema& b) {
+  if (a.arguments().size() != b.arguments().size()) return false;
+  for (size_t i = 0; i < a.arguments().size(); ++i)
+    if (a.arguments()[i].name() != b.arguments()[i].name() || *a.arguments()[i].type() != *b.arguments()[i].type())
+      return false;
+  return true;
+}
 
 static OperatorEntry& filled_operator_entry(const c10::OperatorHandle& op) {
   std::lock_guard<std::mutex> lock(g_operator_entries_mutex);
@@ -171,6 +182,12 @@ static OperatorEntry& filled_operator_entry(const c10::OperatorHandle& op) {
     const std::string base = name.name.substr(name.name.find("::") + 2);
     entry.updates_in_place_only = op.schema().returns().empty() && !base.empty() && base.back() == '_' &&
                                   (base.rfind("_foreach_", 0) == 0 || base.rfind("_fused_", 0) == 0);
+    const auto& returns = op.schema().returns();
+    if (base.rfind("_foreach_", 0) == 0 && base.back() != '_' && returns.size() == 1 &&
+        returns[0].type()->isSubtypeOf(*c10::ListType::ofTensors())) {
+      auto twin = c10::Dispatcher::singleton().findOp({name.name + "_", name.overload_name});
+      if (twin && same_arguments(twin->schema(), op.schema())) entry.in_place_twin = twin;
+    }
     static const std::unordered_set<std::string> indexing{"index", "index_put", "index_put_", "_index_put_impl_",
                                                           "_unsafe_index", "_unsafe_index_put"};
     entry.takes_host_indices = indexing.count(name.name.substr(name.name.find("::") + 2)) > 0;
@@ -324,12 +341,12 @@ static void refuse_quantized_operator(const c10::OperatorHandle& op, c10::Dispat
   refuse_quantized(operator_entry(op).name, dtype);
 }
 
-// Whether the CPU's kernel of an in-place update that returns nothing (a foreach or fused optimizer kernel) will
-// take these arguments: every tensor on `device`, strided, floating point and without lazy bits; the lists of one
-// length, and at each position of one dtype and one shape (a list it only reads may hold 0-dim tensors there, as
-// the optimizers' steps); a written tensor dense and without internal overlap; a lone tensor 0-dim and on `device`;
-// no complex scalar. Such a call is launched without waiting (there is nothing the kernel decides that the host
-// needs), as CUDA's foreach kernels are; any other call takes the waiting route, where the CPU's kernel raises its
+// Whether the CPU's kernel of a foreach or fused optimizer call will take these arguments: every tensor on `device`,
+// strided, floating point and without lazy bits; the lists of one length, and at each position of one dtype and one
+// shape (a list it only reads may hold 0-dim tensors there, as the optimizers' steps); a written tensor dense and
+// without internal overlap; a lone tensor 0-dim and on `device`; no complex scalar. Such a call's results are known
+// before it runs (its arguments updated, or new tensors shaped as its first list), so it is launched without
+// waiting, as CUDA's foreach kernels are; any other call takes the waiting route, where the CPU's kernel raises its
 // own error at once.
 static bool cpu_kernel_takes(const c10::FunctionSchema& schema, const torch::jit::Stack& stack, size_t first,
                              c10::Device device) {
@@ -403,8 +420,17 @@ void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       "' has no sim kernel and no host kernel to fall back to. Register a kernel for PrivateUse1 "
       "with torch.library.impl('", entry.name, "', 'PrivateUse1').");
   if (any_capture() && capture_kernel(op, stack, device)) return;  // graphs.cpp: recorded, not run
-  const bool without_waiting = entry.updates_in_place_only && !where.host_tensor &&
+  const bool without_waiting = (entry.updates_in_place_only || entry.in_place_twin) && !where.host_tensor &&
                                cpu_kernel_takes(op.schema(), *stack, first, device);
+  // An out-of-place foreach call that need not wait: its new tensors, of the first list's shapes and dtypes, are
+  // allocated now; the kernel copies the first list into them and runs the in-place twin over them.
+  c10::List<at::Tensor> new_tensors;
+  std::optional<size_t> first_list;
+  if (without_waiting && entry.in_place_twin) {
+    for (size_t i = 0; i < arguments.size() && !first_list; ++i)
+      if ((*stack)[first + i].isTensorList()) first_list = i;
+    for (const at::Tensor& t : (*stack)[first + *first_list].toTensorList()) new_tensors.push_back(at::empty_like(t));
+  }
 
   HostAliases aliases;
   int64_t elements = 0;  // for run_kernel, of a pointwise kernel
@@ -445,11 +471,20 @@ void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     std::vector<c10::IValue> host_arguments(std::make_move_iterator(stack->begin() + first),
                                             std::make_move_iterator(stack->end()));
     stack->erase(stack->begin() + first, stack->end());
-    launch_kernel(device, entry.kernel_name, [op, device, host_arguments = std::move(host_arguments),
-                                              aliases = std::move(aliases)]() mutable {
+    c10::List<at::Tensor> sources, targets;  // an out-of-place call: its first list, and the new tensors' aliases
+    if (first_list) {
+      sources = host_arguments[*first_list].toTensorList();
+      for (const at::Tensor& t : new_tensors) targets.push_back(aliases.add(t));
+      host_arguments[*first_list] = targets;
+      stack->emplace_back(new_tensors);
+    }
+    const c10::OperatorHandle kernel = first_list ? *entry.in_place_twin : op;
+    launch_kernel(device, entry.kernel_name, [kernel, device, host_arguments = std::move(host_arguments),
+                                              aliases = std::move(aliases), sources, targets]() mutable {
       HostScope scope(device);
+      for (size_t j = 0; j < targets.size(); ++j) targets.get(j).copy_(sources.get(j));
       torch::jit::Stack host_stack = std::move(host_arguments);
-      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host_stack);
+      kernel.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host_stack);
     });
     return;
   }

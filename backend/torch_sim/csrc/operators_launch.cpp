@@ -11,8 +11,8 @@
 //                  the kernel can decide (most host kernels size their own outputs). A small one whose loops
 //                  run serially at its size (a pointwise kernel, a sum) runs on the calling thread once the work
 //                  queued before it has run (simLaunchKernelSync);
-//   launch_kernel  returns at once: for kernels whose outputs were allocated before the launch, and host kernels
-//                  that only update their arguments (operators.cpp, compute_on_host). A failure
+//   launch_kernel  returns at once: for kernels whose outputs were allocated before the launch, among them the
+//                  foreach and fused optimizer kernels (operators.cpp, compute_on_host). A failure
 //                  is the device's, reported by the next synchronising call, naming the kernel.
 // A kernel that calls another operator of sim's runs that operator's kernel inline: it is already on the
 // device, and the driver refuses a wait from its executor.

@@ -44,7 +44,6 @@ def test_an_optimizer_step_on_sim_is_the_cpus_bit_for_bit_through_sims_kernels(o
     assert all(torch.equal(got, want) for got, want in zip(on_sim, expected, strict=True))
 
 
-
 SLEEP_MS = 1500  # long enough that the host's own steps take a small part of it
 
 
@@ -82,6 +81,8 @@ REFUSED_UPDATES = {
     "a complex scalar": lambda device: torch._foreach_add_([ones(2, device)], 1j),
     "scalars for another length": lambda device: torch._foreach_add_([ones(2, device)], [1.0, 2.0]),
     "new tensors of two shapes": lambda device: torch._foreach_add([ones(2, device)], [ones(3, device)]),
+    "an empty first list": lambda device: torch._foreach_add_([], [ones(2, device)]),
+    "new tensors from an empty list": lambda device: torch._foreach_add([], [ones(2, device)]),
 }
 
 
@@ -89,10 +90,10 @@ REFUSED_UPDATES = {
 def test_a_foreach_call_the_cpu_refuses_raises_at_the_call_with_the_cpus_message(update):
     """A foreach or fused call takes the route without waiting only where the CPU's kernel will take its arguments;
     any other call waits, so that the CPU's error is raised by the call itself, not by the next synchronising
-    call."""
-    with pytest.raises(Exception) as on_cpu:
+    call. In inference mode, so that no check of the autograd layer above sim refuses the call first."""
+    with torch.inference_mode(), pytest.raises(Exception) as on_cpu:
         REFUSED_UPDATES[update]("cpu")
-    with pytest.raises(type(on_cpu.value)) as on_sim:
+    with torch.inference_mode(), pytest.raises(type(on_cpu.value)) as on_sim:
         REFUSED_UPDATES[update]("sim")
     assert str(on_sim.value).splitlines()[0] == str(on_cpu.value).splitlines()[0]
     torch.sim.synchronize()  # nothing was left queued to fail later

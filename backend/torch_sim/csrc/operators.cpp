@@ -180,9 +180,9 @@ static OperatorEntry& filled_operator_entry(const c10::OperatorHandle& op) {
     entry.is_random = op.hasTag(at::Tag::nondeterministic_seeded);
     entry.pointwise = op.hasTag(at::Tag::pointwise) && !entry.is_random;
     const std::string base = name.name.substr(name.name.find("::") + 2);
-    entry.updates_in_place_only = op.schema().returns().empty() && !base.empty() && base.back() == '_' &&
-                                  (base.rfind("_foreach_", 0) == 0 || base.rfind("_fused_", 0) == 0);
     const auto& returns = op.schema().returns();
+    entry.updates_in_place_only = returns.empty() && !base.empty() && base.back() == '_' &&
+                                  (base.rfind("_foreach_", 0) == 0 || base.rfind("_fused_", 0) == 0);
     if (base.rfind("_foreach_", 0) == 0 && base.back() != '_' && returns.size() == 1 &&
         returns[0].type()->isSubtypeOf(*c10::ListType::ofTensors())) {
       auto twin = c10::Dispatcher::singleton().findOp({name.name + "_", name.overload_name});
@@ -190,7 +190,7 @@ static OperatorEntry& filled_operator_entry(const c10::OperatorHandle& op) {
     }
     static const std::unordered_set<std::string> indexing{"index", "index_put", "index_put_", "_index_put_impl_",
                                                           "_unsafe_index", "_unsafe_index_put"};
-    entry.takes_host_indices = indexing.count(name.name.substr(name.name.find("::") + 2)) > 0;
+    entry.takes_host_indices = indexing.count(base) > 0;
     entry.has_host_kernel = op.hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
                             op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
                             op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) ||
@@ -342,12 +342,12 @@ static void refuse_quantized_operator(const c10::OperatorHandle& op, c10::Dispat
 }
 
 // Whether the CPU's kernel of a foreach or fused optimizer call will take these arguments: every tensor on `device`,
-// strided, floating point and without lazy bits; the lists of one length, and at each position of one dtype and one
-// shape (a list it only reads may hold 0-dim tensors there, as the optimizers' steps); a written tensor dense and
-// without internal overlap; a lone tensor 0-dim and on `device`; no complex scalar. Such a call's results are known
-// before it runs (its arguments updated, or new tensors shaped as its first list), so it is launched without
-// waiting, as CUDA's foreach kernels are; any other call takes the waiting route, where the CPU's kernel raises its
-// own error at once.
+// strided, floating point and without lazy bits; the first list not empty, the others of its length or empty (as
+// fused Adam's `max_exp_avg_sqs` without amsgrad); at each position one dtype and one shape (a list it only reads
+// may hold 0-dim tensors there, as the optimizers' steps); a written tensor dense and without internal overlap; a
+// lone tensor 0-dim and on `device`; no complex scalar. Such a call's results are known before it runs (its
+// arguments updated, or new tensors shaped as its first list), so it is launched without waiting, as CUDA's foreach
+// kernels are; any other call takes the waiting route, where the CPU's kernel raises its own error at once.
 static bool cpu_kernel_takes(const c10::FunctionSchema& schema, const torch::jit::Stack& stack, size_t first,
                              c10::Device device) {
   const auto& arguments = schema.arguments();
@@ -358,6 +358,7 @@ static bool cpu_kernel_takes(const c10::FunctionSchema& schema, const torch::jit
     const bool written = arguments[i].alias_info() != nullptr && arguments[i].alias_info()->isWrite();
     if (value.isTensorList()) {
       auto list = value.toTensorList();
+      if (list.empty() && lists.empty()) return false;  // the first list, which the CPU requires to hold a tensor
       if (!list.empty()) lists.emplace_back(std::move(list), written);
     } else if (value.isTensor()) {
       const at::Tensor& t = value.toTensor();

@@ -519,7 +519,7 @@ def _serve(listener: socket.socket, preload: Sequence[str]) -> None:
     parent = os.getppid()
     address = listener.getsockname()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # watchers are reaped by the system
-    listener.settimeout(1.0)
+    listener.settimeout(0.2)  # how soon a template whose parent is gone notices it
     _accept_until_orphaned(listener, parent)  # a forked child leaves it by SystemExit, never reaching what follows
     # a parent that ended without closing the server (a killed kernel) left the socket and its folder to the template
     if os.path.exists(address):

@@ -383,6 +383,11 @@ def test_a_notebook_pages_cells_below_the_screen_are_drawn_when_they_come_into_v
     # whether the first element inside the page's cell at `index` (-1 the last) is drawn
     drawn = ("index => [...document.querySelectorAll('.jp-Notebook-cell')].at(index).firstElementChild"
              ".checkVisibility({contentVisibilityAuto: true})")
+    # resolves once the heading has not moved for twice the frames linked-heading.js waits for before it stops
+    held_still = ("id => new Promise(resolve => { let last = null, still = 0; const check = () => {"
+                  " const top = document.getElementById(id).getBoundingClientRect().top;"
+                  " still = last !== null && Math.abs(top - last) < 1 ? still + 1 : 0; last = top;"
+                  " if (still >= 20) resolve(); else requestAnimationFrame(check); }; requestAnimationFrame(check); })")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium_path(), args=list(CHROMIUM_FLAGS))
         try:
@@ -402,11 +407,11 @@ def test_a_notebook_pages_cells_below_the_screen_are_drawn_when_they_come_into_v
                          " return top >= 0 && top <= header + 40; }")
                 page.goto("about:blank")
                 visit(page, served + page_path + "#" + heading)
-                page.wait_for_timeout(2_000)  # past linked-heading.js's settling
+                page.evaluate(held_still, heading)  # linked-heading.js has settled
                 assert page.evaluate(lands), heading
                 visit(page, served + page_path)
                 page.locator(f"nav.md-nav--secondary a[href='#{heading}']:visible").click()
-                page.wait_for_timeout(2_000)
+                page.evaluate(held_still, heading)
                 assert page.evaluate(lands), heading
         finally:
             browser.close()

@@ -110,13 +110,25 @@ def _op_by_name(name: str):
     return next(op for op in op_db if op.full_name == name)
 
 
+class _NoSampleInputs:
+    """What OpInfo.sample_inputs returns (an iterator that knows the test it serves), with nothing in it."""
+
+    test_fn = None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        raise StopIteration
+
+
 class _NoSamples:
     """An OpInfo stand-in whose sample and error inputs are empty: a comparison over it compares nothing."""
 
     full_name = "no_samples"
 
-    def sample_inputs(self, device, dtype, requires_grad=False):
-        return iter(())
+    def sample_inputs(self, device, dtype, requires_grad=False, set_seed=True):
+        return _NoSampleInputs()
 
     def error_inputs(self, device):
         return iter(())

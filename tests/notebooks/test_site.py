@@ -383,11 +383,13 @@ def test_a_notebook_pages_cells_below_the_screen_are_drawn_when_they_come_into_v
     # whether the first element inside the page's cell at `index` (-1 the last) is drawn
     drawn = ("index => [...document.querySelectorAll('.jp-Notebook-cell')].at(index).firstElementChild"
              ".checkVisibility({contentVisibilityAuto: true})")
-    # resolves once the heading has not moved for twice the frames linked-heading.js waits for before it stops
-    held_still = ("id => new Promise(resolve => { let last = null, still = 0; const check = () => {"
+    # resolves once the heading has not moved for twice the frames linked-heading.js waits for before it stops (or
+    # after 600 frames, so that a heading that never holds still fails the assertion after it instead of hanging)
+    held_still = ("id => new Promise(resolve => { let last = null, still = 0, frames = 0; const check = () => {"
                   " const top = document.getElementById(id).getBoundingClientRect().top;"
                   " still = last !== null && Math.abs(top - last) < 1 ? still + 1 : 0; last = top;"
-                  " if (still >= 20) resolve(); else requestAnimationFrame(check); }; requestAnimationFrame(check); })")
+                  " if (still >= 20 || ++frames >= 600) resolve(); else requestAnimationFrame(check); };"
+                  " requestAnimationFrame(check); })")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium_path(), args=list(CHROMIUM_FLAGS))
         try:

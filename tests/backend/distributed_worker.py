@@ -137,8 +137,11 @@ def fsdp(rank: int, world: int) -> dict:
 
 
 def dead_rank(rank: int, world: int) -> dict:
+    # every rank has joined the group (a rank that died earlier could fail the others while they join, not at the
+    # collective), then the last one dies
+    dist.barrier()
     if rank == world - 1:
-        os._exit(3)  # this rank dies right after the rendezvous
+        os._exit(3)
     try:
         dist.all_reduce(torch.ones(4, device="sim"))
         return {"raised": False}

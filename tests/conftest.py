@@ -78,10 +78,20 @@ def run_forked(argv: list[str], timeout: float = 180, cwd=None, **environment: s
     """`python *argv` in a fresh process forked from a template that has imported torch (pu1_explorer.forkserver, as
     the scorecard and the guide's checks run theirs), with extra environment variables; never raises on failure.
     For tests whose subject is what a program does, not how an interpreter starts: about 0.3 s a process, not 3 s."""
+    return fork_and_run(argv, timeout, cwd, {"SIM_FALLBACK": "silent", **environment})
+
+
+def run_explorer(*arguments: str, timeout: float = 300, cwd=None, **environment: str) -> subprocess.CompletedProcess:
+    """The command line `python -m pu1_explorer ARGUMENTS` with extra environment variables, forked as `run_forked`
+    forks: the subject is what the command prints and returns; never raises on failure."""
+    return fork_and_run(["-m", "pu1_explorer", *arguments], timeout, cwd, environment)
+
+
+def fork_and_run(argv: list[str], timeout: float, cwd, environment: dict[str, str]) -> subprocess.CompletedProcess:
+    """`python *argv` forked from this process's template for this environment plus `environment`."""
     from pu1_explorer import forkserver
 
-    return forkserver.run(argv, {**os.environ, "SIM_FALLBACK": "silent", **environment}, timeout,
-                          cwd=None if cwd is None else str(cwd))
+    return forkserver.run(argv, {**os.environ, **environment}, timeout, cwd=None if cwd is None else str(cwd))
 
 
 @pytest.fixture(scope="session")

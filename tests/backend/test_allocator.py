@@ -4,7 +4,7 @@ import gc
 import pytest
 import torch
 
-from tests.conftest import run_python
+from tests.conftest import run_forked, run_python
 
 pytestmark = pytest.mark.usefixtures("settled_memory")
 
@@ -94,7 +94,7 @@ def test_bad_capacity_is_refused(capacity):
 
 
 def test_capacity_from_the_environment():
-    result = run_python("import torch; print(torch.sim.get_memory_capacity(0))", SIM_MEMORY_CAPACITY="64M")
+    result = run_forked(["-c", "import torch; print(torch.sim.get_memory_capacity(0))"], SIM_MEMORY_CAPACITY="64M")
     assert result.returncode == 0, result.stderr
     assert int(result.stdout) == 64 << 20
 

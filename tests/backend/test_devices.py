@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from tests.conftest import run_python
+from tests.conftest import run_forked, run_python
 
 
 @pytest.mark.usefixtures("settled_memory")
@@ -54,7 +54,7 @@ def test_cpu_scalar_tensors_mix_with_device_tensors_like_cuda():
 
 
 def test_device_count_comes_from_the_environment():
-    result = run_python("import torch; print(torch.sim.device_count(), torch.ones(1, device='sim:3').device)",
+    result = run_forked(["-c", "import torch; print(torch.sim.device_count(), torch.ones(1, device='sim:3').device)"],
                         SIM_DEVICE_COUNT="4")
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["4", "sim:3"]

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch_sim  # noqa: F401
 
-from tests.conftest import run_python
+from tests.conftest import run_forked
 
 LONG_MS = 1500  # long enough that the host's own steps take a small part of it
 
@@ -177,7 +177,7 @@ def test_with_sim_launch_blocking_the_failing_launch_raises_itself():
                "    torch._assert_async(flag, 'flag unset')\n"
                "except RuntimeError as error:\n"
                "    print('raised at the launch:', 'flag unset' in str(error))\n")
-    result = run_python(program, SIM_LAUNCH_BLOCKING="1")
+    result = run_forked(["-c", program], SIM_LAUNCH_BLOCKING="1")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "raised at the launch: True"
 
@@ -197,7 +197,7 @@ def test_with_sim_launch_blocking_python_host_kernels_and_another_threads_launch
                "    y = torch.ops.aten.add.Tensor(y + x, x)\n"
                "thread.join()\n"
                "print(y[0].item())\n")
-    result = run_python(program, SIM_LAUNCH_BLOCKING="1", timeout=120)
+    result = run_forked(["-c", program], SIM_LAUNCH_BLOCKING="1", timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "1001.0"
 
@@ -221,7 +221,7 @@ def test_what_a_launch_held_for_python_is_released_by_a_host_thread_not_the_devi
                "print('value:', y.sum().item())\n"
                "torch.sim.synchronize()\n"
                "print('released on the calling thread:', released_on == [threading.get_native_id()])\n")
-    result = run_python(program, timeout=120)
+    result = run_forked(["-c", program], timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["held by the queued launch: True", "value: 1024.0",
                                           "released on the calling thread: True"]

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch_sim
 
-from tests.conftest import run_python
+from tests.conftest import run_forked
 
 
 def pytorchs_sentence(header: str, start: str) -> str:
@@ -113,7 +113,7 @@ def test_before_the_step_streams_and_events_are_refused_in_pytorchs_words_then_s
                "    except RuntimeError as error:\n"
                "        print(str(error).splitlines()[0])\n")
     step_before = torch_sim.STEPS[torch_sim.STEPS.index("streams_events") - 1]
-    result = run_python(program, SIM_BRINGUP_STEP=step_before)
+    result = run_forked(["-c", program], SIM_BRINGUP_STEP=step_before)
     assert result.returncode == 0, result.stderr[-3000:]
     new_stream, record = result.stdout.strip().splitlines()
     interface = "c10/core/impl/DeviceGuardImplInterface.h"
@@ -283,7 +283,7 @@ def test_with_sim_launch_blocking_a_launch_returns_after_its_kernel_ran():
                "launched = time.monotonic()\n"
                "torch.sim.device_sleep(300)\n"
                "print(round((time.monotonic() - launched) * 1000))\n")
-    result = run_python(program, SIM_LAUNCH_BLOCKING="1")
+    result = run_forked(["-c", program], SIM_LAUNCH_BLOCKING="1")
     assert result.returncode == 0, result.stderr
     waited_ms = int(result.stdout.strip().splitlines()[-1])
     assert waited_ms >= 300

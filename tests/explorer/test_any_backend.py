@@ -1,22 +1,13 @@
 """Nothing in the engine, the command line or the widgets assumes the PrivateUse1 backend is sim."""
 import json
-import subprocess
-import sys
 import textwrap
 
 import torch
 
 from pu1_explorer.op_coverage import coverage
 from pu1_explorer.fallback_report import monitor_fallbacks
-from tests.conftest import run_python
+from tests.conftest import run_explorer as explorer, run_forked
 from tests.explorer.test_foreign_backend import FOREIGN_BACKEND
-
-
-def explorer(*arguments, cwd=None, **environment):
-    import os
-
-    return subprocess.run([sys.executable, "-m", "pu1_explorer", *arguments], capture_output=True, text=True,
-                          timeout=300, cwd=cwd, env={**os.environ, **environment})
 
 
 def test_python_numbers_reach_the_fallback_kernel_as_the_dispatcher_passed_them():
@@ -107,7 +98,7 @@ def test_coverage_follows_a_convolution_to_the_default_that_only_raises():
         for name in ("aten::convolution_overrideable", "aten::conv2d", "aten::convolution_backward"):
             print(name, rows[name].backend, rows[name].transitive)
     """)
-    result = run_python(program, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    result = run_forked(["-c", program], TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[:3] == [
         "aten::convolution_overrideable composite_explicit missing",  # ATen's default only raises
@@ -129,7 +120,7 @@ def test_widgets_default_to_the_loaded_backend_and_offer_its_real_name():
         samples = monitor.run(lambda step: torch.empty(4, device="tiny"), steps=2)
         print("memory", len(samples), monitor.progress.value, "no memory chart" in monitor.static_html())
     """)
-    result = run_python(program, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    result = run_forked(["-c", program], TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     assert result.returncode == 0, result.stderr
     answers = ("visualizer ", "table ", "coverage ", "memory ")  # outside a notebook, figures print too
     lines = dict(line.split(" ", 1) for line in result.stdout.splitlines() if line.startswith(answers))
@@ -140,7 +131,7 @@ def test_widgets_default_to_the_loaded_backend_and_offer_its_real_name():
 
 
 def test_without_a_backend_the_widgets_say_so_in_one_line():
-    result = run_python("from pu1_explorer.widgets import CoverageExplorer\nCoverageExplorer()",
+    result = run_forked(["-c", "from pu1_explorer.widgets import CoverageExplorer\nCoverageExplorer()"],
                         TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     assert result.returncode != 0
     assert result.stderr.strip().splitlines()[-1].startswith(
@@ -157,6 +148,6 @@ def test_calls_from_the_reference_workloads_name_the_workload_line(fixture_backe
             train("mlp", "toy", steps=1)
         print(sorted({site for entry in report.calls.values() for site in entry.call_sites}))
     """)
-    result = run_python(program, **fixture_backend_env)
+    result = run_forked(["-c", program], **fixture_backend_env)
     assert result.returncode == 0, result.stderr
     assert "explorer/pu1_explorer/workloads.py:" in result.stdout and " in train" in result.stdout, result.stdout

@@ -2,10 +2,9 @@
 native_functions.yaml, checked against a second reading of the file and against the CPU's live registrations."""
 from __future__ import annotations
 
+import functools
 import json
 import re
-import subprocess
-import sys
 from collections import Counter
 
 import pytest
@@ -16,6 +15,7 @@ from pu1_explorer.baselines import (
     AGAINST_STATUSES, FALLS_BACK, OWN_KERNEL, THROUGH_COMPOSITE, UnknownBaselineError, against, baseline,
     native_functions_yaml, peers,
 )
+from tests.conftest import run_explorer
 
 
 def kernels_by_plain_reading(key: str) -> set[str]:
@@ -95,9 +95,7 @@ def test_an_unknown_baseline_is_refused_in_one_line(sim_snapshot):
 
 
 def test_the_command_writes_every_format_and_refuses_a_namespace_it_cannot_compare(tmp_path):
-    def explorer(*arguments):
-        return subprocess.run([sys.executable, "-m", "pu1_explorer", "coverage", *arguments], capture_output=True,
-                              text=True, timeout=300)
+    explorer = functools.partial(run_explorer, "coverage")
 
     markdown = explorer("--device", "sim", "--against", "cuda")
     assert markdown.returncode == 0, markdown.stderr

@@ -5,11 +5,7 @@ import sys
 from pathlib import Path
 
 from pu1_explorer.op_coverage import core_operators
-
-
-def explorer(*arguments, cwd=None):
-    return subprocess.run([sys.executable, "-m", "pu1_explorer", *arguments], capture_output=True, text=True,
-                          timeout=300, cwd=cwd)
+from tests.conftest import run_explorer as explorer
 
 
 def test_coverage_formats():

@@ -13,6 +13,7 @@ from pu1_explorer.conformance import OpResult, ProbeResult, Scorecard, probes, s
 from pu1_explorer.conformance.device_tests import PROBE_EXCLUSIONS, SWEEP_TESTS, configuration, torch_test_configs
 from pu1_explorer.conformance.processes import child_environment
 from pu1_explorer.conformance.sweeps import SWEEP_HINTS, sweep_chunk, sweep_result
+from tests.conftest import run_explorer, run_forked
 from tests.explorer.test_new_backend import vendor_backend  # noqa: F401  (the session fixture: mydev, built once)
 from tests.vendor_backend import DEVICE as VENDOR_DEVICE, vendor_source
 
@@ -141,8 +142,7 @@ def _device_generic_outcomes(config: Path | None) -> dict[str, str]:
     env.pop("PU1_DEVICE_TESTS", None)
     if config is not None:
         env["PU1_DEVICE_TESTS"] = str(config)
-    run = subprocess.run([sys.executable, str(DEVICE_GENERIC)], capture_output=True, text=True, env=env,
-                         timeout=600, cwd=HERE)
+    run = run_forked([str(DEVICE_GENERIC)], timeout=600, cwd=HERE, **env)
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
 
@@ -268,18 +268,15 @@ def test_without_expecttest_the_scorecard_says_what_to_install_before_any_probe(
     shadow = tmp_path / "shadow"
     shadow.mkdir()
     env = {**child_environment(_without_expecttest(shadow)), "SIM_FALLBACK": "silent"}
-    result = subprocess.run([sys.executable, "-m", "pu1_explorer", "scorecard", "--device", "sim", "--probe",
-                             "device module", "--probe", "opinfo differential", "-o", str(tmp_path)],
-                            capture_output=True, text=True, env=env, timeout=300)
+    result = run_explorer("scorecard", "--device", "sim", "--probe", "device module", "--probe", "opinfo differential",
+                          "-o", str(tmp_path), **env)
     assert result.returncode == 1, result.stderr
     errors = [line for line in result.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
     assert "MissingDependencyError" in errors[0] and "pip install expecttest" in errors[0]
     assert "[1/" not in result.stderr and not list(tmp_path.glob("scorecard.*"))
     # without the sweeps the scorecard needs nothing more
-    result = subprocess.run([sys.executable, "-m", "pu1_explorer", "scorecard", "--device", "sim", "--probe",
-                             "device module", "-o", str(tmp_path)], capture_output=True, text=True, env=env,
-                            timeout=300)
+    result = run_explorer("scorecard", "--device", "sim", "--probe", "device module", "-o", str(tmp_path), **env)
     assert result.returncode == 0, result.stderr
 
 

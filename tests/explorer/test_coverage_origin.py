@@ -6,9 +6,6 @@ process, where sim owns PrivateUse1, must never show sim's dispatch table under 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -17,6 +14,7 @@ from pu1_explorer import coverage
 from pu1_explorer.dispatch_tables import backend_tables
 from pu1_explorer.op_coverage import ForeignSnapshotError, observe, snapshot_from_json, this_process
 from pu1_explorer.widgets import CoverageExplorer
+from tests.conftest import run_explorer
 
 
 def hover_texts(figure) -> str:
@@ -69,10 +67,8 @@ def test_a_snapshot_without_tables_says_where_to_measure_them_and_draws_nothing(
 
 def test_a_snapshot_of_toy_drills_into_toys_tables_not_sims(fixture_backend_env, tmp_path):
     """toy's snapshot, measured by the command line in toy's own process, shows toy's kernels in this sim process."""
-    environment = {**os.environ, "SIM_FALLBACK": "silent", **fixture_backend_env}
-    result = subprocess.run([sys.executable, "-m", "pu1_explorer", "coverage", "--device", "toy", "--import",
-                             "torch_toy", "--format", "json"], capture_output=True, text=True, env=environment,
-                            cwd=tmp_path, timeout=600)
+    result = run_explorer("coverage", "--device", "toy", "--import", "torch_toy", "--format", "json", timeout=600,
+                          cwd=tmp_path, **{"SIM_FALLBACK": "silent", **fixture_backend_env})
     assert result.returncode == 0, result.stderr
     snapshot = snapshot_from_json(result.stdout)
     assert (snapshot.label, snapshot.privateuse1) == ("toy", "toy") and snapshot.process != this_process()

@@ -4,9 +4,7 @@ ranking is checked on sim here and on toy in a fresh process (the generated back
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from pu1_explorer.demand import (
     next_kernels, shipped,
 )
 from pu1_explorer.zoo import AUTOCAST_TRAIN, INFERENCE, TRAIN, ZOO
+from tests.conftest import run_explorer
 from tests.explorer.test_fixture_backend import run_cli, run_toy
 
 
@@ -155,8 +154,7 @@ def test_demand_data_that_is_not_demand_data_is_one_clear_line():
 
 
 def run_command(arguments: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pu1_explorer", *arguments], capture_output=True, text=True,
-                          cwd=cwd, timeout=600, env={**os.environ, "SIM_FALLBACK": "silent"})
+    return run_explorer(*arguments, timeout=600, cwd=cwd, SIM_FALLBACK="silent")
 
 
 @pytest.mark.parametrize(("arguments", "message"), [

@@ -6,16 +6,13 @@ The first tests check the fixture itself; the rest run every explorer function, 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import shutil
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_forked, run_python
+from tests.conftest import run_explorer, run_forked, run_python
 from tests.toy_backend import TOY_SOURCE, ToyBuildError, build_toy_backend, toy_library
 
 PRELUDE = "import json, os, torch, torch_toy\nassert not hasattr(torch, 'sim')\n"
@@ -31,9 +28,7 @@ def run_toy(code: str, env: dict[str, str], timeout: float = 300, helpers: str =
 
 def run_cli(arguments: list[str], env: dict[str, str], cwd: Path, timeout: float = 600):
     """Run `python -m pu1_explorer ARGUMENTS` in a fresh process under the toy environment."""
-    environment = {**os.environ, "SIM_FALLBACK": "silent", **env}
-    return subprocess.run([sys.executable, "-m", "pu1_explorer", *arguments], capture_output=True, text=True,
-                          env=environment, cwd=cwd, timeout=timeout)
+    return run_explorer(*arguments, timeout=timeout, cwd=cwd, **{"SIM_FALLBACK": "silent", **env})
 
 
 # ----------------------------------------------------------------- the fixture itself

@@ -1,7 +1,7 @@
 """The engine works on a PrivateUse1 backend this project did not write (pure Python, in a fresh process)."""
 import textwrap
 
-from tests.conftest import run_python
+from tests.conftest import run_forked
 
 FOREIGN_BACKEND = textwrap.dedent("""
     import torch
@@ -40,7 +40,7 @@ def test_tables_coverage_trace_and_fallback_report_on_a_foreign_backend():
             x + x
         print("fallbacks", report.total, report.backend)
     """)
-    result = run_python(program, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    result = run_forked(["-c", program], TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     assert result.returncode == 0, result.stderr
     lines = dict(line.split(" ", 1) for line in result.stdout.strip().splitlines())
     assert lines["table"] == "kernel True"

@@ -11,7 +11,7 @@ import torch
 from pu1_explorer.graphs import (GraphDumpError, compare_replay_with_eager, dump_graph, graph_dump_from_dict,
                                  read_graph_dump)
 from pu1_explorer.widgets import graph_figure, replay_comparison_figure, replay_traces_figure
-from tests.conftest import run_python
+from tests.conftest import run_forked
 from tests.explorer.test_new_backend import vendor_backend  # noqa: F401  (the run's one build of mydev)
 from tests.vendor_backend import DEVICE
 
@@ -101,10 +101,10 @@ CAPTURE = textwrap.dedent("""
 def test_the_templates_backend_dumps_a_graph_the_explorer_reads(vendor_backend, tmp_path):  # noqa: F811
     """Another backend's dump: the one `pu1-explorer new` generates captures a step, dumps it, and replays it."""
     path = tmp_path / "graph.json"
-    result = run_python(CAPTURE.format(device=DEVICE, path=path), timeout=300, **vendor_backend)
+    result = run_forked(["-c", CAPTURE.format(device=DEVICE, path=path)], timeout=300, **vendor_backend)
     assert result.returncode == 0, result.stderr[-3000:]
     measured = json.loads(result.stdout.strip().splitlines()[-1])
-    on_sim = run_python(CAPTURE.format(device="sim", path=tmp_path / "sim.json"), timeout=300)
+    on_sim = run_forked(["-c", CAPTURE.format(device="sim", path=tmp_path / "sim.json")], timeout=300)
     assert on_sim.returncode == 0, on_sim.stderr[-3000:]
     # sim's code under another name: the same kernels captured as on sim
     assert measured["replayed"] and measured["operators"] == json.loads(on_sim.stdout.splitlines()[-1])["operators"]

@@ -1,8 +1,6 @@
 """The explorer's interface trace: user lines -> operators -> interface calls, beside the dispatcher's hops."""
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -11,7 +9,7 @@ from pu1_explorer.interface_trace import (CODE_FILENAME, CallPath, InterfaceTrac
                                           trace_call_path)
 from pu1_explorer.widgets import call_path
 from pu1_explorer.widgets.call_path import call_path_html
-from tests.conftest import run_python
+from tests.conftest import run_explorer, run_forked
 from tests.vendor_backend import DEVICE, build_vendor_backend, vendor_environment
 
 DEVICE_INDEX_EXAMPLE = 'with torch.accelerator.device_index(1):\n    torch.randn(100, device="sim:1")'
@@ -81,15 +79,13 @@ def test_backend_without_the_protocol_gets_one_clear_error():
 
 
 def test_cli_prints_json_and_refuses_a_backend_without_the_protocol():
-    command = [sys.executable, "-m", "pu1_explorer", "trace", "--interfaces", "--format", "json"]
-    done = subprocess.run([*command, DEVICE_INDEX_EXAMPLE, "--device", "sim"], capture_output=True, text=True,
-                          timeout=300)
+    command = ["trace", "--interfaces", "--format", "json"]
+    done = run_explorer(*command, DEVICE_INDEX_EXAMPLE, "--device", "sim")
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     methods = [(r["interface"], r["method"]) for r in data["records"] if r["kind"] == "call"]
     assert ("hooks", "getDefaultGenerator") in methods and data["dispatch"]["hops"]
-    refused = subprocess.run([*command, "torch.ones(2)", "--device", "cpu"], capture_output=True, text=True,
-                             timeout=300)
+    refused = run_explorer(*command, "torch.ones(2)", "--device", "cpu")
     assert refused.returncode == 1
     assert refused.stderr.strip().splitlines()[-1].startswith("pu1-explorer: error: InterfaceTraceUnavailable:")
 
@@ -123,7 +119,7 @@ def test_the_vendor_template_offers_the_interface_trace(vendor_backend):
                           "threads": sorted({{r.thread for r in path.records}}), "me": threading.get_native_id(),
                           "twice": twice}}))
     """)
-    result = run_python(code, **vendor_backend)
+    result = run_forked(["-c", code], **vendor_backend)
     assert result.returncode == 0, result.stderr[-3000:]
     seen = json.loads(result.stdout.strip().splitlines()[-1])
     assert seen["error"] is None and seen["threads"] == [seen["me"]]

@@ -10,7 +10,7 @@ from pu1_explorer import key_set
 from pu1_explorer.keyset import layout, priority_order
 from pu1_explorer.widgets import KeySetView
 from pu1_explorer.widgets.figures import key_set_figure
-from tests.conftest import run_python
+from tests.conftest import run_forked
 from tests.explorer.test_foreign_backend import FOREIGN_BACKEND
 
 DispatchKey, DispatchKeySet = torch._C.DispatchKey, torch._C.DispatchKeySet
@@ -145,7 +145,7 @@ def test_any_privateuse1_name_works():
         print(picture.device_name, picture.first_key, [b.name for b in picture.backend_bits if b.effective],
               "PrivateUse1 (tiny)" in figure.data[0].x)
     """)
-    result = run_python(program, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    result = run_forked(["-c", program], TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["tiny", "AutogradPrivateUse1", "['PrivateUse1']", "True"]
 

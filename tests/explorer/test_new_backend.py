@@ -25,7 +25,7 @@ import torch
 
 from pu1_explorer.new_backend import (TEMPLATE, NewBackendError, check_name, generated_path, new_backend, render,
                                       renamer, sim_sources)
-from tests.conftest import run_python
+from tests.conftest import run_explorer, run_forked
 from tests.environments import pip
 from tests.explorer.test_vendor_workflow import workflow_test_commands
 from tests.vendor_backend import DEVICE, build_vendor_backend, vendor_environment, vendor_source
@@ -58,7 +58,7 @@ def run_scorecard(env: dict[str, str], imports: list[str], opinfo: str = "none",
         card = scorecard({DEVICE!r}, imports={imports!r}, opinfo={opinfo!r}, probes={probes!r}, env={env!r})
         print(json.dumps({{probe.name: [probe.status, probe.detail] for probe in card.probes}}))
     """)
-    result = run_python(code, timeout=timeout, **env)
+    result = run_forked(["-c", code], timeout=timeout, **env)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -175,8 +175,7 @@ def test_a_non_empty_folder_is_refused_and_nothing_is_written(tmp_path):
 
 
 def test_cli_refuses_a_bad_name_in_one_line_and_writes_nothing(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "pu1_explorer", "new", "cuda", "-o", str(tmp_path / "out")],
-                            capture_output=True, text=True, timeout=300)
+    result = run_explorer("new", "cuda", "-o", str(tmp_path / "out"))
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(
@@ -196,7 +195,7 @@ def test_a_build_without_a_compiler_is_one_clear_line(tmp_path):
 
 
 def test_the_generated_backend_computes_on_two_devices(vendor_backend):
-    result = run_python(textwrap.dedent("""
+    result = run_forked(["-c", textwrap.dedent("""
         import json, torch, torch_mydev
         x = torch.arange(6.0).to("mydev:1")
         z = torch.randn(5, dtype=torch.complex64)
@@ -205,7 +204,7 @@ def test_the_generated_backend_computes_on_two_devices(vendor_backend):
                           "t": x.view(2, 3).t().cpu().tolist(), "name": torch._C._get_privateuse1_backend_name(),
                           "lazy bits": torch.equal(lazy.cpu(), z.conj().neg()),
                           "ihfft": torch.allclose(torch.fft.ihfft(x).cpu(), torch.fft.ihfft(x.cpu()))}))
-    """), **vendor_backend)
+    """)], **vendor_backend)
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert out == {"device": "mydev:1", "sum": 30.0, "count": 2, "t": [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]],
@@ -215,7 +214,7 @@ def test_the_generated_backend_computes_on_two_devices(vendor_backend):
 def test_the_generated_backends_views_share_their_tensors_memory(vendor_backend):
     """The views the fallback cannot serve (its copy shares no memory) have kernels: a write through each reaches
     the tensor it views."""
-    result = run_python(textwrap.dedent("""
+    result = run_forked(["-c", textwrap.dedent("""
         import json, torch, torch_mydev
         z = torch.zeros(3, dtype=torch.complex64, device="mydev")
         torch.view_as_real(z)[:, 0] = 1.0
@@ -225,7 +224,7 @@ def test_the_generated_backends_views_share_their_tensors_memory(vendor_backend)
         pairs = torch.zeros(2, 2, device="mydev")
         torch.view_as_complex(pairs).add_(1j)
         print(json.dumps({"z": str(z.cpu().tolist()), "x": x.cpu().tolist(), "pairs": pairs.cpu().tolist()}))
-    """), **vendor_backend)
+    """)], **vendor_backend)
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert out == {"z": str([complex(1, 2)] * 3), "x": [0.0, 3.0] * 3, "pairs": [[0.0, 1.0], [0.0, 1.0]]}, out
@@ -236,7 +235,7 @@ def test_torch_compile_on_the_generated_backend_matches_eager_and_imports_induct
     """Importing the backend imports neither dynamo nor inductor; compiled embedding (indirect indexing), softmax,
     torch.cond and a small MLP's forward and backward match eager, and code compiled for the second device returns
     its results there."""
-    result = run_python(textwrap.dedent("""
+    result = run_forked(["-c", textwrap.dedent("""
         import copy, json, sys, torch, torch_mydev
         lazy = not any(name in sys.modules for name in ("torch._dynamo", "torch._inductor"))
         lazy = lazy and not hasattr(torch.mydev, "NoSuchAttribute")
@@ -256,7 +255,7 @@ def test_torch_compile_on_the_generated_backend_matches_eager_and_imports_induct
         grads = zip(on_device.parameters(), mlp.parameters())
         close += [torch.allclose(a.grad.cpu(), b.grad, atol=1e-5) for a, b in grads]
         print(json.dumps({"lazy": lazy, "on device": all(t.device.type == "mydev" for t in compiled), "close": close}))
-    """), timeout=600, **vendor_backend)
+    """)], timeout=600, **vendor_backend)
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert out == {"lazy": True, "on device": True, "close": [True] * 7}, out
@@ -265,7 +264,7 @@ def test_torch_compile_on_the_generated_backend_matches_eager_and_imports_induct
 def test_compiled_conv2d_on_the_generated_backend_matches_eager_in_either_memory_format(vendor_backend):
     """The template's convolutions return the contiguous strides inductor plans for a PrivateUse1 device: compiled
     conv2d, contiguous and channels-last, in training (weight and bias gradients) and under no_grad, matches eager."""
-    result = run_python(textwrap.dedent("""
+    result = run_forked(["-c", textwrap.dedent("""
         import json, torch, torch_mydev
         outcome = {}
         for layout in (torch.contiguous_format, torch.channels_last):
@@ -286,7 +285,7 @@ def test_compiled_conv2d_on_the_generated_backend_matches_eager_in_either_memory
                               torch.allclose(model.bias.grad.cpu(), reference.bias.grad, atol=1e-4)]
                 outcome[f"{layout} training={training}"] = close
         print(json.dumps(outcome))
-    """), timeout=600, **vendor_backend)
+    """)], timeout=600, **vendor_backend)
     assert result.returncode == 0, result.stderr[-3000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert out == {f"{layout} training={training}": [True] * (4 if training else 2)
@@ -379,9 +378,8 @@ def test_next_kernels_ranks_the_generated_backends_missing_kernels_by_the_zoos_d
     """Another backend, measured in its own process: the generated backend lacks the kernels sim lacks, ranked alike
     (each one runs on the CPU fallback, and the zoo's models reach it)."""
     def ranked(device: str, environment: dict[str, str]) -> dict:
-        result = subprocess.run([sys.executable, "-m", "pu1_explorer", "next-kernels", "--device", device, "--top",
-                                 "10", "--format", "json"], capture_output=True, text=True, timeout=600,
-                                cwd=tmp_path, env={**os.environ, **environment})
+        result = run_explorer("next-kernels", "--device", device, "--top", "10", "--format", "json", timeout=600,
+                              cwd=tmp_path, **environment)
         assert result.returncode == 0, result.stderr
         return json.loads(result.stdout)
 

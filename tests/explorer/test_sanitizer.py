@@ -6,6 +6,7 @@ it with no report but the races they write on purpose.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import os
@@ -18,11 +19,13 @@ import torch
 
 from pu1_explorer.boxed import native_helper
 from pu1_explorer.sanitizer import REUSED, UNSYNCHRONIZED, SanitizerUnavailable, stream_sanitizer
+from tests.conftest import run_explorer
 from tests.explorer import stream_races
 
 PROJECT = Path(__file__).resolve().parents[2]
 RACES = Path(stream_races.__file__)
 HERE = Path(__file__).parent
+explorer = functools.partial(run_explorer, cwd=PROJECT)
 
 # race: (its kind, the statement of the access that races, the statement of the earlier access)
 EXPECTED = {
@@ -42,11 +45,6 @@ def line_in(function, statement: str) -> int:
     found = [first + index for index, line in enumerate(lines) if line.strip() == statement]
     assert len(found) == 1, f"{statement!r} is not one line of {function.__name__}"
     return found[0]
-
-
-def explorer(*arguments: str, **environment: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pu1_explorer", *arguments], capture_output=True, text=True,
-                          timeout=300, cwd=PROJECT, env={**os.environ, **environment})
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))

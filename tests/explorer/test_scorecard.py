@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 import time
 import xml.etree.ElementTree as ElementTree
@@ -15,7 +13,7 @@ import pytest
 
 from pu1_explorer.conformance import PROBE_NAMES, OpResult, Probe, ProbeResult, Scorecard, scorecard
 from pu1_explorer.conformance.runner import ENDING_HINTS
-from tests.conftest import run_python
+from tests.conftest import run_explorer as explorer, run_forked
 from tests.explorer.scorecard_probes_for_tests import target
 
 HANG = 600  # seconds after which a call that should end is taken to hang (a bound, not a speed)
@@ -56,11 +54,6 @@ def ends(call: Callable[[], object], seconds: float = HANG) -> object:
     thread.join(seconds)
     assert not thread.is_alive(), f"the call still runs after {seconds} s: it hangs"
     return outcome[0]
-
-
-def explorer(*arguments: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pu1_explorer", *arguments], capture_output=True, text=True,
-                          timeout=300, cwd=cwd)
 
 
 def test_sim_passes_the_probes_it_implements():
@@ -303,7 +296,7 @@ print(json.dumps({"replaced": replaced,
 def test_the_sweeps_find_the_running_test_function_as_torch_does_without_reading_sources():
     # torch's own search reads every frame's source lines for each sample input (most of a sweep's time); the sweep
     # processes replace it with a search over the frames alone, which must answer as torch's does
-    result = run_python(FINDS_THE_TEST_FUNCTION)
+    result = run_forked(["-c", FINDS_THE_TEST_FUNCTION])
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout) == {"replaced": True, "inside": ["TestFinding.test_found"] * 3,
                                          "outside": [True, True, True]}

@@ -434,10 +434,10 @@ def test_a_kernel_registered_between_traces_is_seen_by_the_next_trace():
 def test_a_backend_brought_up_step_by_step_is_traced_faithfully_after_every_step():
     """Tracing after each bring-up step in one process: every hop agrees with the tables of that moment, so no
     plan from an earlier step is reused."""
-    from tests.conftest import run_python
+    from tests.conftest import run_forked
 
     root = Path(__file__).resolve().parents[2]
-    result = run_python("from tests.explorer.trace_checks import main; main()", timeout=600, cwd=root,
+    result = run_forked(["-c", "from tests.explorer.trace_checks import main; main()"], timeout=600, cwd=root,
                         TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [json.loads(line) for line in result.stdout.strip().splitlines()]

@@ -106,8 +106,8 @@ def test_the_compile_check_after_a_full_bring_up_wrote_the_cache_still_works(tmp
     # function it does not have.
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     record = find_step(GUIDE, "compile")
-    full = run_check(record, torch_sim.STEPS[-1])
+    full = forked_check(record, torch_sim.STEPS[-1])
     assert full.succeeded, full.error
     assert any(tmp_path.rglob("*.py")), "the full bring-up cached no compiled code: the test proves nothing"
-    partial = run_check(record, "compile")
+    partial = forked_check(record, "compile")
     assert partial.succeeded, partial.error

@@ -38,7 +38,8 @@ def discrete_environment() -> dict[str, str]:
 @pytest.mark.parametrize(("setting", "mode"), [(None, "unified"), ("unified", "unified"), ("discrete", "discrete")])
 def test_memory_mode_answers_the_mode_the_driver_runs(setting, mode, monkeypatch):
     monkeypatch.delenv("SIM_MEMORY", raising=False)
-    result = run_forked(["-c", "import torch; print(torch.sim.memory_mode())"], **({"SIM_MEMORY": setting} if setting else {}))
+    result = run_forked(["-c", "import torch; print(torch.sim.memory_mode())"],
+                        **({"SIM_MEMORY": setting} if setting else {}))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == mode
 

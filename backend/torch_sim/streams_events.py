@@ -78,13 +78,15 @@ def stream(selected: torch.Stream | None) -> Iterator[None]:
         torch.accelerator.set_stream(previous)
 
 
-def device_sleep(milliseconds: float, device: Any = None) -> None:
+def device_sleep(milliseconds: float, device: Any = None) -> Any:
     """Queue a kernel that keeps the current stream of the device busy for `milliseconds` and computes nothing.
 
     It returns at once, as every launch does: what follows on that stream waits, the host does not. It makes
-    asynchrony visible (a stream that is not idle, a copy that has not landed yet), as torch.cuda._sleep does.
+    asynchrony visible (a stream that is not idle, a copy that has not landed yet), as torch.cuda._sleep does. The
+    returned handle's `wake()` ends the sleep early (at once if it has not started), so that a program holds the
+    stream only as long as it looks at the pending work.
     """
-    load_runtime().device_sleep(float(milliseconds), _device_index(device))
+    return load_runtime().device_sleep(float(milliseconds), _device_index(device))
 
 
 _listeners = threading.Lock()

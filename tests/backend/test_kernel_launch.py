@@ -11,7 +11,9 @@ import torch_sim  # noqa: F401
 
 from tests.conftest import run_forked
 
-LONG_MS = 1500  # long enough that the host's own steps take a small part of it
+# A bound only: each test wakes its sleep once it has looked at the pending work, and the host's own steps take a
+# small part of it.
+LONG_MS = 20_000
 
 
 def within(launched: float, ms: float) -> bool:
@@ -22,12 +24,13 @@ def within(launched: float, ms: float) -> bool:
 def test_a_computing_kernel_returns_before_the_device_ran_it():
     x = torch.arange(1024, dtype=torch.float32, device="sim")
     x * 2  # the first launch of a dtype combination runs before its call returns (launch_direct)
-    torch.sim.device_sleep(LONG_MS)
+    sleep = torch.sim.device_sleep(LONG_MS)
     launched = time.monotonic()
     doubled = x * 2
     pending = torch.sim.current_stream().query()
     assert within(launched, LONG_MS), "the host itself stalled for half the sleep; the test proves nothing this time"
     assert not pending, "the multiply is queued behind the sleep"
+    sleep.wake()
     assert torch.equal(doubled.cpu(), torch.arange(1024, dtype=torch.float32) * 2), ".cpu() waits for it"
 
 
@@ -35,11 +38,13 @@ def test_the_host_runs_ahead_of_the_device():
     x = torch.ones(256, device="sim")
     total = torch.zeros(256, device="sim")
     total.add_(x)
-    torch.sim.device_sleep(LONG_MS)
+    sleep = torch.sim.device_sleep(LONG_MS)
     launched = time.monotonic()
     for _ in range(200):
         total.add_(x)
-    assert within(launched, LONG_MS), "200 launches returned while the device was still asleep"
+    pending = torch.sim.current_stream().query()
+    assert within(launched, LONG_MS) and not pending, "200 launches returned while the device was still asleep"
+    sleep.wake()
     assert total.sum().item() == 201 * 256
 
 
@@ -133,9 +138,10 @@ def test_the_executor_and_its_openmp_team_end_once_the_device_is_idle():
     its device has work (backend/simdriver/src/stream.cpp, kRetireAfter)."""
     x = torch.randn(1024, 1024, device="sim")
     x * x  # parallel on the executor: its own OpenMP team
-    torch.sim.device_sleep(LONG_MS)
+    sleep = torch.sim.device_sleep(LONG_MS)
     team = 2 if torch.get_num_threads() > 1 else 1
     assert wait_until(lambda: sims_threads() >= team, LONG_MS / 1000), "the executor runs the queued work"
+    sleep.wake()
     torch.sim.synchronize()
     assert wait_until(lambda: sims_threads() == 0, 10), "the executor outlived the device's work"
     assert torch.equal((x + 1).cpu(), x.cpu() + 1), "the next launch starts the executor again"

@@ -44,7 +44,9 @@ def test_an_optimizer_step_on_sim_is_the_cpus_bit_for_bit_through_sims_kernels(o
     assert all(torch.equal(got, want) for got, want in zip(on_sim, expected, strict=True))
 
 
-SLEEP_MS = 1500  # long enough that the host's own steps take a small part of it
+# A bound only: each test wakes its sleep once it has seen the work pending, and the host's own steps take a small
+# part of it.
+SLEEP_MS = 20_000
 
 
 @pytest.mark.parametrize("implementation", ["foreach", "fused"])
@@ -56,11 +58,12 @@ def test_an_optimizer_step_returns_before_the_device_ran_it(optimizer, implement
     seen = {}
 
     def behind_a_sleeping_device(step: torch.optim.Optimizer) -> None:
-        torch.sim.device_sleep(SLEEP_MS)
+        sleep = torch.sim.device_sleep(SLEEP_MS)
         started = time.monotonic()
         step.step()
         seen["returned after"] = time.monotonic() - started
         seen["pending"] = not torch.sim.current_stream().query()
+        sleep.wake()
 
     on_sim = trained("sim", optimizer, implementation, behind_a_sleeping_device)
     assert seen["returned after"] * 1000 < SLEEP_MS / 2, f"the step waited {seen['returned after']:.2f} s"
@@ -106,11 +109,12 @@ def test_a_foreach_call_that_returns_new_tensors_returns_them_before_the_device_
     xs = [torch.randn(5, 3, generator=generator) for _ in range(4)]
     ys = [torch.randn(5, 3, generator=generator) for _ in range(4)]
     on_sim_x, on_sim_y = [x.to("sim") for x in xs], [y.to("sim") for y in ys]
-    torch.sim.device_sleep(SLEEP_MS)
+    sleep = torch.sim.device_sleep(SLEEP_MS)
     started = time.monotonic()
     roots, sums = torch._foreach_sqrt(on_sim_x), torch._foreach_add(on_sim_x, on_sim_y, alpha=0.5)
     returned_after = time.monotonic() - started
     assert not torch.sim.current_stream().query() and returned_after * 1000 < SLEEP_MS / 2, returned_after
+    sleep.wake()
     for got, want in zip([*roots, *sums], [*torch._foreach_sqrt(xs), *torch._foreach_add(xs, ys, alpha=0.5)]):
         assert got.device.type == "sim" and got.stride() == want.stride()
         assert torch.equal(got.cpu().isnan(), want.isnan()) and torch.equal(got.cpu().nan_to_num(), want.nan_to_num())

@@ -1,6 +1,7 @@
 """Step 6: streams and events, with the torch.cuda names."""
 import gc
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -142,9 +143,11 @@ def test_record_stream_tells_the_allocator_and_refuses_a_stream_of_another_devic
 
 
 # ------------------------------------------------------------------------------- an asynchronous device
-# device_sleep() keeps a stream busy on the device while the host goes on. Each assertion that work is still
-# pending is made well inside the sleep, and checks with the host's clock that it was.
-LONG_MS = 1500
+# device_sleep() keeps a stream busy on the device while the host goes on, until the test wakes it. Each assertion
+# that work is still pending is made before the wake, well inside the sleep, and checks with the host's clock that it
+# was; LONG_MS is only a bound.
+LONG_MS = 20_000
+WAKE_SECONDS = 0.1
 
 
 def within(started: float, milliseconds: float) -> bool:
@@ -152,19 +155,34 @@ def within(started: float, milliseconds: float) -> bool:
     return (time.monotonic() - started) * 1000 < milliseconds / 2
 
 
+def wake_soon(sleep) -> list[float]:
+    """Wakes `sleep` from another thread after WAKE_SECONDS; the list gets the host's time just before the wake, so
+    that a wait which returns finds it filled only if it waited for the sleep."""
+    woken: list[float] = []
+
+    def wake() -> None:
+        time.sleep(WAKE_SECONDS)
+        woken.append(time.monotonic())
+        sleep.wake()
+
+    threading.Thread(target=wake, daemon=True).start()
+    return woken
+
+
 def test_a_stream_with_queued_work_is_busy_until_the_device_ran_it():
     stream = torch.sim.Stream()
     done = torch.sim.Event()
     launched = time.monotonic()
     with torch.sim.stream(stream):
-        torch.sim.device_sleep(LONG_MS)
+        sleep = torch.sim.device_sleep(LONG_MS)
     done.record(stream)
     pending = (stream.query(), done.query())
     assert within(launched, LONG_MS), "the host itself stalled for half the sleep; the test proves nothing this time"
     assert pending == (False, False)
     assert torch.sim.current_stream().query(), "another stream of the device is not held up by the host"
+    woken = wake_soon(sleep)
     done.synchronize()
-    assert (time.monotonic() - launched) * 1000 >= LONG_MS
+    assert woken, "the event's synchronize returned before the sleep recorded before it ended"
     assert stream.query() and done.query()
 
 
@@ -172,11 +190,12 @@ def test_a_non_blocking_copy_from_pinned_memory_returns_before_it_ran_and_a_bloc
     source = torch.arange(1 << 16, dtype=torch.float32).pin_memory()
     target = torch.zeros(1 << 16, device="sim")
     launched = time.monotonic()
-    torch.sim.device_sleep(LONG_MS)
+    sleep = torch.sim.device_sleep(LONG_MS)
     target.copy_(source, non_blocking=True)
     assert within(launched, LONG_MS)
+    woken = wake_soon(sleep)
     assert torch.equal(target.cpu(), source), ".cpu() waits for the copy queued before it"
-    assert (time.monotonic() - launched) * 1000 >= LONG_MS
+    assert woken, ".cpu() returned before the sleep queued ahead of the copy ended"
     launched = time.monotonic()
     torch.sim.device_sleep(200)
     target.copy_(torch.ones(1 << 16))  # pageable and blocking: the host waits
@@ -193,11 +212,12 @@ def test_reading_on_another_stream_without_a_wait_races_and_with_the_wait_is_rig
     x * 1  # the first float32 multiply runs before its call returns (operators_direct.cpp: launch_direct); later ones do not
     launched = time.monotonic()
     with torch.sim.stream(writer):
-        torch.sim.device_sleep(LONG_MS)
+        sleep = torch.sim.device_sleep(LONG_MS)
         x.copy_(ones, non_blocking=True)
     with torch.sim.stream(reader):
         raced = x * 1
     assert within(launched, LONG_MS)
+    sleep.wake()
     torch.sim.synchronize()
     assert raced.sum().item() == 0, "the reader ran before the writer's copy: it saw the zeros"
     for _ in range(20):
@@ -218,13 +238,14 @@ def test_a_pinned_block_is_not_handed_out_again_before_the_copy_that_reads_it_ra
     address = source.data_ptr()
     target = torch.zeros(4096, device="sim")
     launched = time.monotonic()
-    torch.sim.device_sleep(LONG_MS)
+    sleep = torch.sim.device_sleep(LONG_MS)
     target.copy_(source, non_blocking=True)
     del source
     reused = torch.empty(4096).pin_memory()
     assert within(launched, LONG_MS)
     assert reused.data_ptr() != address
     reused.fill_(-1.0)
+    sleep.wake()
     assert torch.equal(target.cpu(), torch.full((4096,), 7.0))
 
 
@@ -235,7 +256,7 @@ def test_a_block_freed_with_work_pending_goes_to_its_own_stream_at_once_and_to_o
     with torch.sim.stream(writer):
         x = torch.empty(1 << 14, device="sim")
         address = x.data_ptr()
-        torch.sim.device_sleep(LONG_MS)
+        sleep = torch.sim.device_sleep(LONG_MS)
         x.copy_(ones, non_blocking=True)
         del x
     with torch.sim.stream(other):
@@ -246,6 +267,7 @@ def test_a_block_freed_with_work_pending_goes_to_its_own_stream_at_once_and_to_o
     assert elsewhere.data_ptr() != address, "another stream got a block the writer's copy still writes"
     assert same_stream.data_ptr() == address, "the writer's own later work runs after its copy: the block is safe"
     del same_stream
+    sleep.wake()
     writer.synchronize()
     with torch.sim.stream(other):
         assert torch.empty(1 << 14, device="sim").data_ptr() == address
@@ -259,7 +281,7 @@ def test_record_stream_keeps_a_block_from_the_allocating_stream_while_the_record
         address = x.data_ptr()
         launched = time.monotonic()
         with torch.sim.stream(user):
-            torch.sim.device_sleep(LONG_MS)
+            sleep = torch.sim.device_sleep(LONG_MS)
             x.copy_(ones, non_blocking=True)
         if record:
             x.record_stream(user)
@@ -270,7 +292,23 @@ def test_record_stream_keeps_a_block_from_the_allocating_stream_while_the_record
         # writes into it, the hazard record_stream exists for
         assert (following.data_ptr() == address) is not record
         del following
+        sleep.wake()
         user.synchronize()
+
+
+def test_a_sleep_ends_when_the_host_wakes_it_and_at_once_if_woken_before_it_started():
+    stream = torch.sim.Stream()
+    with torch.sim.stream(stream):
+        first = torch.sim.device_sleep(LONG_MS)
+        second = torch.sim.device_sleep(LONG_MS)
+    second.wake()
+    launched = time.monotonic()
+    woken = wake_soon(first)
+    stream.synchronize()
+    assert woken, "the stream was idle before its first sleep was woken"
+    assert within(launched, LONG_MS), "a woken sleep, or the one woken before it started, slept on"
+    first.wake()  # an ended sleep: nothing happens
+    assert stream.query()
 
 
 def test_device_sleep_refuses_a_duration_out_of_range_in_one_line():

@@ -12,8 +12,9 @@
 #include <torch/csrc/PyInterpreter.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <memory>
 #include <mutex>
-#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -224,17 +225,47 @@ static void sim_record_stream(at::Tensor& self, c10::Stream stream) {
 
 // A kernel that keeps its stream busy for a while and computes nothing, as torch.cuda._sleep does on CUDA: it
 // makes asynchrony visible (a stream that is not idle, a copy that has not landed) for demonstrations and tests.
+// The host may end it early (DeviceSleep.wake()), as it could end a kernel on a real device that polls a flag in
+// host-mapped memory: a test then waits only as long as it looks at the pending work.
+struct DeviceSleep {
+  std::mutex mutex;
+  std::condition_variable woken_up;
+  bool woken = false;
+
+  void wake() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      woken = true;
+    }
+    woken_up.notify_all();
+  }
+};
+
+struct SleepArgs {
+  double milliseconds;
+  std::shared_ptr<DeviceSleep>* sleep;  // the launch's reference, dropped by release_sleep
+};
+
 static int sleep_kernel(void* args) {
-  std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(*static_cast<double*>(args)));
+  auto* sleep_args = static_cast<SleepArgs*>(args);
+  DeviceSleep& sleep = **sleep_args->sleep;
+  std::unique_lock<std::mutex> lock(sleep.mutex);
+  sleep.woken_up.wait_for(lock, std::chrono::duration<double, std::milli>(sleep_args->milliseconds),
+                          [&] { return sleep.woken; });
   return 0;
 }
 
-static void device_sleep(double milliseconds, int64_t device) {
+static void release_sleep(void* args) { delete static_cast<SleepArgs*>(args)->sleep; }
+
+static std::shared_ptr<DeviceSleep> device_sleep(double milliseconds, int64_t device) {
   TORCH_CHECK_VALUE(milliseconds >= 0 && milliseconds <= 60000, "torch.sim.device_sleep takes 0 to 60000 milliseconds, got ",
                     milliseconds);
   simStream_t stream = driver_stream(current_stream(c10::Device(kSim, checked(device))));
-  driver_call(simLaunchKernel(stream, "sim::device_sleep", &sleep_kernel, &milliseconds, sizeof(milliseconds), nullptr),
+  auto sleep = std::make_shared<DeviceSleep>();
+  SleepArgs args{milliseconds, new std::shared_ptr<DeviceSleep>(sleep)};
+  driver_call(simLaunchKernel(stream, "sim::device_sleep", &sleep_kernel, &args, sizeof(args), &release_sleep),
               "simLaunchKernel");
+  return sleep;
 }
 
 static void install_streams_events() {
@@ -246,6 +277,8 @@ static void install_streams_events() {
 void bind_streams_events(pybind11::module& module) {
   module.def("install_streams_events", &install_streams_events);
   module.def("listen_to_gpu_trace", &listen_to_gpu_trace, pybind11::arg("listening"));
+  pybind11::class_<DeviceSleep, std::shared_ptr<DeviceSleep>>(module, "DeviceSleep")
+      .def("wake", &DeviceSleep::wake, pybind11::call_guard<pybind11::gil_scoped_release>());
   module.def("device_sleep", &device_sleep, pybind11::call_guard<pybind11::gil_scoped_release>());
   module.def("synchronize_device", [](int64_t device) { synchronize_device(checked(device)); },
              pybind11::call_guard<pybind11::gil_scoped_release>());

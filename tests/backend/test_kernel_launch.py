@@ -211,23 +211,33 @@ def test_with_sim_launch_blocking_python_host_kernels_and_another_threads_launch
 def test_what_a_launch_held_for_python_is_released_by_a_host_thread_not_the_device():
     # A launch carries the caller's thread-local state, here Python's saved-tensor hooks. When the launch holds
     # their last reference, releasing it takes the GIL: on the executor it would wait for the host thread, which
-    # holds the GIL while it waits for the executor (.item()), and both would wait forever.
+    # holds the GIL while it waits for the executor (.item()), and both would wait forever. A TensorIterator's loop
+    # (x * x) calls no operator, so its launch carries no state and holds nothing of Python's.
     program = ("import threading, weakref, torch, torch_sim\n"
                "x = torch.ones(1024, device='sim')\n"
+               "y = torch.ones(1024, device='sim')\n"
                "x * x\n"
+               "torch._foreach_mul_([y], 1.0)\n"
                "released_on = []\n"
-               "def pack(t): return t\n"
-               "def unpack(t): return t\n"
-               "hook = weakref.ref(pack, lambda _: released_on.append(threading.get_native_id()))\n"
-               "torch.sim.device_sleep(500)\n"
-               "with torch.autograd.graph.saved_tensors_hooks(pack, unpack):\n"
-               "    y = x * x\n"
-               "del pack, unpack\n"
-               "print('held by the queued launch:', hook() is not None)\n"
-               "print('value:', y.sum().item())\n"
+               "def hooked(launch):\n"
+               "    def pack(t): return t\n"
+               "    def unpack(t): return t\n"
+               "    hook = weakref.ref(pack, lambda _: released_on.append(threading.get_native_id()))\n"
+               "    with torch.autograd.graph.saved_tensors_hooks(pack, unpack):\n"
+               "        result = launch()\n"
+               "    return hook, result\n"
+               "sleep = torch.sim.device_sleep(20_000)\n"
+               "loop_hook, z = hooked(lambda: x * x)\n"
+               "update_hook, _ = hooked(lambda: torch._foreach_mul_([y], 2.0))\n"
+               "print('queued:', not torch.sim.current_stream().query())\n"
+               "print('held by the queued loop:', loop_hook() is not None)\n"
+               "print('held by the queued update:', update_hook() is not None)\n"
+               "sleep.wake()\n"
+               "print('values:', z.sum().item(), y.sum().item())\n"
                "torch.sim.synchronize()\n"
-               "print('released on the calling thread:', released_on == [threading.get_native_id()])\n")
+               "print('released on the calling thread:', released_on == [threading.get_native_id()] * 2)\n")
     result = run_forked(["-c", program], timeout=120)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == ["held by the queued launch: True", "value: 1024.0",
+    assert result.stdout.splitlines() == ["queued: True", "held by the queued loop: False",
+                                          "held by the queued update: True", "values: 1024.0 2048.0",
                                           "released on the calling thread: True"]

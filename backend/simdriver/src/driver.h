@@ -116,12 +116,14 @@ struct Driver {
   std::thread executor;               // the running executor, or the last one, which retired
   bool executor_started = false;     // at the first device's activation
   bool executor_running = false;     // false once it retired (kRetireAfter without work), until a submission
-  std::atomic<bool> stopping{false};  // the process is exiting: no new work
   bool executor_stopped = false;
   std::string running_task;       // the name of the task the executor runs, for the exit message
-  std::atomic<uint64_t> submissions{0};  // tasks ever queued, for the executor's idle spin
-  std::atomic<uint64_t> completions{0};  // tasks ever finished, for a waiter's spin
-  int host_waiters = 0;  // host threads waiting for work to finish (discrete memory closes before they wake)
+  // What every entry point reads, and each counter the executor and host threads watch as they spin, has a cache
+  // line of its own: apart from the mutex and from each other, a write to one costs the readers of another nothing.
+  alignas(64) std::atomic<bool> stopping{false};  // the process is exiting: no new work
+  alignas(64) std::atomic<uint64_t> submissions{0};  // tasks ever queued, for the executor's idle spin
+  alignas(64) std::atomic<uint64_t> completions{0};  // tasks ever finished, for a waiter's spin
+  alignas(64) int host_waiters = 0;  // host threads waiting for work to finish (discrete memory closes before they wake)
   int tasks_on_callers = 0;  // tasks host threads run (run_on_caller): discrete memory stays open while any does
 };
 
@@ -132,6 +134,10 @@ struct HostWaiter {
   ~HostWaiter();
   Driver& state;
 };
+
+// Takes the driver's mutex, trying for a moment before sleeping on it: its holders keep it for well under a
+// microsecond, less than it costs to put a thread to sleep and wake it again.
+void acquire(std::unique_lock<std::mutex>& lock);
 
 // The driver's state; valid once enter() has succeeded.
 Driver& driver();

@@ -64,7 +64,8 @@ simStatus_t simLaunchKernel(simStream_t stream, const char* name, simKernelFunc_
   } else {
     task.args = const_cast<void*>(args);
   }
-  std::unique_lock<std::mutex> lock(driver().mutex);
+  std::unique_lock<std::mutex> lock(driver().mutex, std::defer_lock);
+  simdriver::acquire(lock);
   simStatus_t status = simSuccess;
   auto target = simdriver::resolve_stream(stream, &status);
   if (target == nullptr) return status;

@@ -33,6 +33,7 @@ constexpr auto kExitGrace = std::chrono::seconds(3);
 // what it waits for: a launch and a wait that find each other in time cost no wake-up of a sleeping thread.
 constexpr auto kSpin = std::chrono::microseconds(50);
 constexpr auto kRetireAfter = std::chrono::milliseconds(20);
+constexpr int kAcquireAttempts = 100;
 
 // Releases `lock` and waits up to kSpin for `counter` to move from `seen`; returns with `lock` held.
 void spin_on(std::unique_lock<std::mutex>& lock, const std::atomic<uint64_t>& counter, uint64_t seen) {
@@ -40,7 +41,7 @@ void spin_on(std::unique_lock<std::mutex>& lock, const std::atomic<uint64_t>& co
   const auto deadline = std::chrono::steady_clock::now() + kSpin;
   while (counter.load(std::memory_order_acquire) == seen && std::chrono::steady_clock::now() < deadline)
     std::this_thread::yield();
-  lock.lock();
+  simdriver::acquire(lock);
 }
 thread_local bool t_on_executor = false;
 
@@ -177,7 +178,7 @@ void executor_main(std::thread previous) {
       std::string detail;
       int code = skip ? 0 : run_outside_lock(task, &detail);
       simdriver::release_task(task);
-      lock.lock();
+      simdriver::acquire(lock);
       state.running_task.clear();
       if (code != 0 && device.pending_error == simSuccess) {
         device.pending_error = simErrorLaunchFailure;
@@ -211,6 +212,18 @@ namespace simdriver {
 HostWaiter::~HostWaiter() {
   state.host_waiters -= 1;
   if (state.running_task.empty()) close_device_memory();
+}
+
+void acquire(std::unique_lock<std::mutex>& lock) {
+  for (int attempt = 0; attempt < kAcquireAttempts; ++attempt) {
+    if (lock.try_lock()) return;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#else
+    std::this_thread::yield();
+#endif
+  }
+  lock.lock();
 }
 
 bool on_executor_thread() { return t_on_executor; }

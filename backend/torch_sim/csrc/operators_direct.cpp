@@ -383,7 +383,8 @@ void launch_direct(const Registered& registered, c10::Device device, uint64_t ki
     g_launched_kinds.insert({&registered, kinds});
     return;
   }
-  launch_kernel(device, registered.kernel_name, [launch = std::shared_ptr<Launch>(std::move(launch))] { launch->run(); });
+  launch_kernel(device, registered.kernel_name, [launch = std::shared_ptr<Launch>(std::move(launch))] { launch->run(); },
+                Launch::calls_no_operator);
 }
 
 template <class... Args>
@@ -428,6 +429,8 @@ using Held = decltype(held(std::declval<const T&>()));
 // TensorIterator borrows tensors the launch owns); impl() runs on the device.
 template <class Kernel, class... Args>
 struct StructuredLaunch {
+  // A TensorIterator kernel's impl() hands the iterator to its DispatchStub: the loop, and no other operator.
+  static constexpr bool calls_no_operator = std::is_base_of_v<at::TensorIteratorBase, Kernel>;
   std::tuple<Held<Args>...> arguments;
   Kernel kernel;
   explicit StructuredLaunch(const Args&... args) : arguments(held(args)...), kernel(arguments) {}

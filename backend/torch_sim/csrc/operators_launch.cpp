@@ -6,7 +6,8 @@
 // launch carries what that thread's state means to the kernel: PyTorch's thread-local state (grad mode,
 // dispatch-key exclusions, the profiler's callbacks), the current device and stream, and the profiler's
 // id of the operator that launched it, its number of intra-op threads, and, while the interface trace is on,
-// its thread and Python line (the kernel's interface calls are that operator's). Two kinds of launch:
+// its thread and Python line (the kernel's interface calls are that operator's); a kernel that calls no operator
+// (a TensorIterator's loop) goes without PyTorch's thread-local state, which nothing in it reads. Two kinds of launch:
 //   run_kernel     waits until the kernel ran and rethrows what it threw: for operators whose outputs only
 //                  the kernel can decide (most host kernels size their own outputs). A small one whose loops
 //                  run serially at its size (a pointwise kernel, a sum) runs on the calling thread once the work
@@ -37,7 +38,8 @@ thread_local bool t_on_device = false;
 
 // What a launched kernel runs with: the launching thread's state, and the work itself.
 struct Launch {
-  std::optional<at::ThreadLocalState> state;  // none for a kernel its launching thread runs: it has that state
+  bool on_caller;                              // its launching thread runs it (simLaunchKernelSync)
+  std::optional<at::ThreadLocalState> state;  // none on the caller, which has that state, or without_caller_state
   c10::Stream stream;
   const std::string* name;
   bool timed;  // the profiler records kernels: the launch notes the device time it ran
@@ -49,9 +51,10 @@ struct Launch {
   std::function<void()> work;                         // launch_kernel: owned by the launch until the kernel ran
   std::exception_ptr error;                           // run_kernel: what the body threw, for the caller
   Launch* next_finished = nullptr;                     // launch_kernel: the list of launches the device ran
-  Launch(c10::Stream stream, const std::string& name, bool on_caller = false)
-      : stream(stream), name(&name), timed(recording_kernels()), correlation(operator_correlation()) {
-    if (!on_caller) state.emplace();
+  Launch(c10::Stream stream, const std::string& name, bool on_caller = false, bool with_caller_state = true)
+      : on_caller(on_caller), stream(stream), name(&name), timed(recording_kernels()),
+        correlation(operator_correlation()) {
+    if (!on_caller && with_caller_state) state.emplace();
   }
 };
 
@@ -89,7 +92,7 @@ int run_launch(void* argument) {
   Launch& launch = *static_cast<Launch*>(argument);
   t_on_device = true;
   std::optional<OneIntraOpThread> one_thread;
-  if (!launch.state) {
+  if (launch.on_caller) {
     one_thread.emplace();
   } else if (at::get_num_threads() != launch.threads) {
     at::set_num_threads(launch.threads);
@@ -186,10 +189,11 @@ void run_kernel(c10::Device device, const std::string& name, c10::function_ref<v
   if (launch.error) std::rethrow_exception(launch.error);
 }
 
-void launch_kernel(c10::Device device, const std::string& name, std::function<void()> work) {
+void launch_kernel(c10::Device device, const std::string& name, std::function<void()> work,
+                   bool without_caller_state) {
   if (t_on_device) return work();
   release_finished_launches();
-  auto launch = std::make_unique<Launch>(current_stream(device), name);
+  auto launch = std::make_unique<Launch>(current_stream(device), name, false, !without_caller_state);
   launch->work = std::move(work);
   simStream_t stream = driver_stream(launch->stream);
   Launch* queued = launch.release();  // the driver calls release_launch once the kernel ran or was discarded

@@ -139,8 +139,12 @@ constexpr int64_t kSmallKernelElements = 32768;
 // Queues `work` as a kernel on the current stream of `device` and returns at once; what it throws becomes the
 // device's error, raised by the next synchronising call. `name` must live as long as the process. Called from a
 // kernel, it runs `work` at once.
-// `work` owns everything it uses (the launch returned long before it runs).
-void launch_kernel(c10::Device device, const std::string& name, std::function<void()> work);
+// `work` owns everything it uses (the launch returned long before it runs). A kernel that calls no operator (a
+// TensorIterator's loop) is launched `without_caller_state`: the launching thread's state (grad mode, dispatch-key
+// exclusions, the profiler's callbacks, Python modes) could change nothing in it, and capturing it costs the
+// launching thread more than the loop of a small kernel takes.
+void launch_kernel(c10::Device device, const std::string& name, std::function<void()> work,
+                   bool without_caller_state = false);
 // A host thread's wait for the device, as a scope around the driver call that waits: the thread lets go of the GIL
 // while it waits (a kernel may need it: one registered from Python), and afterwards releases what the kernels
 // the device finished owned. The executor never releases a launch itself: freeing a tensor or a dispatch mode

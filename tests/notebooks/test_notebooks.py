@@ -58,8 +58,8 @@ def test_notebook_runs_top_to_bottom(notebook, tmp_path, forked_scratch, monkeyp
     hook = load_hook("notebooks")
     name, _, problems = hook.execute(notebook, launched_kernel=launched, reuse=False)
     assert problems == []
-    # the kernel was killed after its last cell; the fork server a launched one started looks for it every second,
-    # then goes
+    # the kernel was killed after its last cell; the fork server that a launched kernel started looks for it every
+    # second, then goes
     deadline = time.monotonic() + 30
     while left_behind(scratch) and time.monotonic() < deadline:
         time.sleep(0.2)

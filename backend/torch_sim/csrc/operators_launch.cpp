@@ -51,10 +51,10 @@ struct Launch {
   std::function<void()> work;                         // launch_kernel: owned by the launch until the kernel ran
   std::exception_ptr error;                           // run_kernel: what the body threw, for the caller
   Launch* next_finished = nullptr;                     // launch_kernel: the list of launches the device ran
-  Launch(c10::Stream stream, const std::string& name, bool on_caller = false, bool with_caller_state = true)
+  Launch(c10::Stream stream, const std::string& name, bool on_caller = false, bool without_caller_state = false)
       : on_caller(on_caller), stream(stream), name(&name), timed(recording_kernels()),
         correlation(operator_correlation()) {
-    if (!on_caller && with_caller_state) state.emplace();
+    if (!on_caller && !without_caller_state) state.emplace();
   }
 };
 
@@ -193,7 +193,7 @@ void launch_kernel(c10::Device device, const std::string& name, std::function<vo
                    bool without_caller_state) {
   if (t_on_device) return work();
   release_finished_launches();
-  auto launch = std::make_unique<Launch>(current_stream(device), name, false, !without_caller_state);
+  auto launch = std::make_unique<Launch>(current_stream(device), name, false, without_caller_state);
   launch->work = std::move(work);
   simStream_t stream = driver_stream(launch->stream);
   Launch* queued = launch.release();  // the driver calls release_launch once the kernel ran or was discarded

@@ -2,8 +2,9 @@
 
 Usage: python device_worker.py DEVICE MODULE FUNCTION KEYWORDS_JSON. The process builds its work once,
 `MODULE.FUNCTION(device=DEVICE, **KEYWORDS)` (a callable), says `{"ready": true}` on stdout, then answers each line
-`{"calls": N}` on stdin with `{"timings": [seconds, ...]}`: N calls, each timed from its start until the device has
-finished the work it queued (`torch.accelerator.synchronize()`; nothing to wait for on the CPU). It exits when
+`{"calls": N}` on stdin with `{"timings": [seconds, ...], "launching": [seconds, ...]}`: N calls, each timed from its
+start until the device has finished the work it queued (`torch.accelerator.synchronize()`; nothing to wait for on the
+CPU), and the processor time the calling thread spent in the call before that wait. It exits when
 stdin closes. Nothing else is set: PyTorch's defaults (autograd's device threads, autoloaded backends) hold, as in a
 user's process.
 """
@@ -31,13 +32,14 @@ def main(arguments: list[str]) -> int:
     finish = finisher(device)
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
-        timings = []
+        timings, launching = [], []
         for _ in range(json.loads(line)["calls"]):
-            started = time.perf_counter()
+            started, processor_started = time.perf_counter(), time.thread_time()
             work()
+            launching.append(time.thread_time() - processor_started)
             finish()
             timings.append(time.perf_counter() - started)
-        print(json.dumps({"timings": timings}), flush=True)
+        print(json.dumps({"timings": timings, "launching": launching}), flush=True)
     return 0
 
 

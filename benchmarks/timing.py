@@ -58,11 +58,15 @@ INTERLEAVED_METHOD = describe_interleaved()
 
 @dataclass(frozen=True)
 class Timing:
-    """A contender's typical call (median of the round medians) and the spread of its round medians, in seconds."""
+    """A contender's typical call (median of the round medians) and the spread of its round medians, in seconds;
+    `launching`, for `alternating`: the same median of the processor time the calling thread spent before it waited
+    for the device (what the host pays to launch the work; unlike the call's time, other processes' load adds
+    little to it)."""
 
     median: float
     low: float
     high: float
+    launching: float | None = None
 
     def milliseconds(self) -> str:
         """`1.23 ms (1.20-1.31)`: the median and the spread, for a table cell."""
@@ -99,10 +103,11 @@ class _Worker:
             raise RuntimeError(f"the worker timing {self.label} exited ({self.process.wait()}); its error is above")
         return json.loads(line)
 
-    def time_calls(self, calls: int) -> list[float]:
+    def time_calls(self, calls: int) -> dict[str, list[float]]:
+        """N calls' times and their launching threads' processor times (device_worker.py)."""
         self.process.stdin.write(json.dumps({"calls": calls}) + "\n")
         self.process.stdin.flush()
-        return self.reply()["timings"]
+        return self.reply()
 
     def close(self) -> None:
         if self.process.stdin and not self.process.stdin.closed:
@@ -129,14 +134,18 @@ def alternating(contenders: Mapping[str, tuple[str, Work]], rounds: int = ROUNDS
             for name in names:
                 workers[name].time_calls(1)
         round_medians: dict[str, list[float]] = {name: [] for name in names}
+        launching_medians: dict[str, list[float]] = {name: [] for name in names}
         for round_index in range(rounds):
             shift = round_index % len(names)
             for name in names[shift:] + names[:shift]:
-                round_medians[name].append(statistics.median(workers[name].time_calls(calls)))
+                reply = workers[name].time_calls(calls)
+                round_medians[name].append(statistics.median(reply["timings"]))
+                launching_medians[name].append(statistics.median(reply["launching"]))
     finally:
         for worker in workers.values():
             worker.close()
-    return {name: Timing(statistics.median(medians), min(medians), max(medians))
+    return {name: Timing(statistics.median(medians), min(medians), max(medians),
+                         statistics.median(launching_medians[name]))
             for name, medians in round_medians.items()}
 
 

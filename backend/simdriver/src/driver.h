@@ -4,11 +4,11 @@
 
 #include "simdriver.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,7 +39,7 @@ constexpr size_t kParallelCopyBytes = size_t(512) << 10;
 struct Task {
   enum class Kind { Kernel, Copy, Memset, Record, Wait, Free, OnCaller };  // OnCaller: simLaunchKernelSync's place
   Kind kind = Kind::Kernel;
-  std::string name;  // the kernel's name, or what the task is ("copy", "memset") in messages
+  const char* name = "";  // the kernel's name (intern_name), or what the task is ("copy", "memset") in messages
   simKernelFunc_t kernel = nullptr;
   std::shared_ptr<unsigned char[]> args_copy;  // the launch's copy of the kernel's arguments
   void* args = nullptr;                        // what the kernel receives
@@ -56,6 +56,45 @@ struct Task {
 // Runs the release callback of a task that will never run, or has run.
 void release_task(Task& task);
 
+// A stream's tasks in order: a ring over storage it keeps, so that a queue in steady use allocates nothing and
+// the executor, taking tasks off, frees nothing the launching thread allocated.
+class TaskQueue {
+ public:
+  bool empty() const { return count_ == 0; }
+  size_t size() const { return count_; }
+  Task& front() { return slots_[head_]; }
+  const Task& front() const { return slots_[head_]; }
+  void push_back(Task task) {
+    if (count_ == slots_.size()) grow();
+    slots_[(head_ + count_) % slots_.size()] = std::move(task);
+    count_ += 1;
+  }
+  void pop_front() {
+    slots_[head_] = Task();
+    head_ = (head_ + 1) % slots_.size();
+    count_ -= 1;
+  }
+  void clear() {
+    while (!empty()) pop_front();
+  }
+
+ private:
+  Task& at(size_t index) { return slots_[(head_ + index) % slots_.size()]; }
+  void grow() {
+    std::vector<Task> larger(std::max<size_t>(16, slots_.size() * 2));
+    for (size_t index = 0; index < count_; ++index) larger[index] = std::move(at(index));
+    slots_ = std::move(larger);
+    head_ = 0;
+  }
+  std::vector<Task> slots_;
+  size_t head_ = 0;
+  size_t count_ = 0;
+};
+
+// The driver's lasting copy of a kernel's name: launches of one kernel share it, so queueing a task copies no
+// string. Names are kept for the process's life; a program launches a bounded set of kernels.
+const char* intern_name(const char* name);
+
 }  // namespace simdriver
 
 struct simStream_st {
@@ -64,7 +103,7 @@ struct simStream_st {
   unsigned long long id = 0;
   bool is_default = false;
   bool destroyed = false;  // its handle is gone; it lives until its queue has drained
-  std::deque<simdriver::Task> queue;
+  simdriver::TaskQueue queue;
   uint64_t submitted = 0;  // tasks ever queued; the n-th has finished once completed >= n
   uint64_t completed = 0;
   uint64_t last_served = 0;  // the executor's round-robin order among equal priorities
@@ -117,7 +156,7 @@ struct Driver {
   bool executor_started = false;     // at the first device's activation
   bool executor_running = false;     // false once it retired (kRetireAfter without work), until a submission
   bool executor_stopped = false;
-  std::string running_task;       // the name of the task the executor runs, for the exit message
+  const char* running_task = nullptr;  // the name of the task the executor runs, for the exit message
   // What every entry point reads, and each counter the executor and host threads watch as they spin, has a cache
   // line of its own: apart from the mutex and from each other, a write to one costs the readers of another nothing.
   alignas(64) std::atomic<bool> stopping{false};  // the process is exiting: no new work

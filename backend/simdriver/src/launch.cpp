@@ -4,6 +4,9 @@
 
 #include <cstring>
 #include <exception>
+#include <set>
+#include <string_view>
+#include <unordered_map>
 
 namespace {
 
@@ -13,9 +16,27 @@ using simdriver::fail;
 thread_local bool t_in_kernel = false;
 thread_local std::string t_kernel_message;
 
+std::mutex g_names_mutex;
+// Never destroyed: a kernel the executor runs while the process exits still has its name.
+auto* g_names = new std::set<std::string, std::less<>>();
+
 }  // namespace
 
 namespace simdriver {
+
+const char* intern_name(const char* name) {
+  // A caller names a kernel with the same buffer each time: the thread remembers what each buffer held.
+  thread_local std::unordered_map<const char*, const char*> known;
+  auto found = known.find(name);
+  if (found != known.end() && std::strcmp(found->second, name) == 0) return found->second;
+  std::lock_guard<std::mutex> lock(g_names_mutex);
+  auto kept_name = g_names->find(std::string_view(name));
+  if (kept_name == g_names->end()) kept_name = g_names->emplace(name).first;
+  const char* kept = kept_name->c_str();
+  if (known.size() >= 4096) known.clear();  // buffers that came and went
+  known[name] = kept;
+  return kept;
+}
 
 int run_kernel(Task& task, std::string* message) {
   t_kernel_message.clear();
@@ -54,7 +75,7 @@ simStatus_t simLaunchKernel(simStream_t stream, const char* name, simKernelFunc_
     return fail(simErrorInvalidValue, "simLaunchKernel: args is NULL but args_bytes is " + std::to_string(args_bytes));
   simdriver::Task task;
   task.kind = simdriver::Task::Kind::Kernel;
-  task.name = name;
+  task.name = simdriver::intern_name(name);
   task.kernel = kernel;
   task.release = release;
   if (args_bytes > 0) {
@@ -80,7 +101,7 @@ simStatus_t simLaunchKernelSync(simStream_t stream, const char* name, simKernelF
     return fail(simErrorInvalidValue, "simLaunchKernelSync: the kernel needs a name (errors name it), got none");
   simdriver::Task task;
   task.kind = simdriver::Task::Kind::Kernel;
-  task.name = name;
+  task.name = simdriver::intern_name(name);
   task.kernel = kernel;
   task.args = args;
   std::unique_lock<std::mutex> lock(driver().mutex);

@@ -76,8 +76,8 @@ std::shared_ptr<simStream_st> next_ready_stream(Driver& state, bool* progressed)
 
 std::string failure_message(const Task& task, int device, int code, const std::string& detail,
                             bool asynchronous = true) {
-  std::string message = "the kernel '" + task.name + "' failed on sim:" + std::to_string(device) + " with code " +
-                        std::to_string(code);
+  std::string message = "the kernel '" + std::string(task.name) + "' failed on sim:" + std::to_string(device) +
+                        " with code " + std::to_string(code);
   if (!detail.empty()) message += ": " + detail;
   if (asynchronous && !driver().config.launch_blocking)
     message += " (kernels run asynchronously, so this failure surfaces at the next synchronising call, not at "
@@ -179,7 +179,7 @@ void executor_main(std::thread previous) {
       int code = skip ? 0 : run_outside_lock(task, &detail);
       simdriver::release_task(task);
       simdriver::acquire(lock);
-      state.running_task.clear();
+      state.running_task = nullptr;
       if (code != 0 && device.pending_error == simSuccess) {
         device.pending_error = simErrorLaunchFailure;
         device.pending_message = failure_message(task, stream->device, code, detail);
@@ -211,7 +211,7 @@ namespace simdriver {
 
 HostWaiter::~HostWaiter() {
   state.host_waiters -= 1;
-  if (state.running_task.empty()) close_device_memory();
+  if (state.running_task == nullptr) close_device_memory();
 }
 
 void acquire(std::unique_lock<std::mutex>& lock) {
@@ -327,7 +327,7 @@ simStatus_t run_on_caller(std::unique_lock<std::mutex>& lock, const std::shared_
   stream->queue.pop_front();
   stream->completed += 1;
   state.completions.fetch_add(1, std::memory_order_release);
-  if (state.running_task.empty()) close_device_memory();
+  if (state.running_task == nullptr) close_device_memory();
   if (!stream->queue.empty()) {  // work queued behind this kernel by other threads is ready now
     state.submissions.fetch_add(1, std::memory_order_release);
     if (!state.executor_running) start_executor();
@@ -355,8 +355,10 @@ void stop_executor_at_exit() {
     std::unique_lock<std::mutex> lock(state.mutex);
     if (state.stopping.exchange(true) || !state.executor_started) return;
     for (auto& stream : state.streams) {
-      for (auto& task : stream->queue) discarded.push_back(std::move(task));
-      stream->queue.clear();
+      while (!stream->queue.empty()) {
+        discarded.push_back(std::move(stream->queue.front()));
+        stream->queue.pop_front();
+      }
     }
     state.work.notify_all();
     if (t_on_executor) return;  // exit() called by a kernel: the executor stops after it
@@ -366,7 +368,7 @@ void stop_executor_at_exit() {
       std::fprintf(stderr,
                    "sim: the kernel '%s' was still running %lld s after the process began to exit; exiting without "
                    "waiting for it\n",
-                   state.running_task.c_str(), static_cast<long long>(kExitGrace.count()));
+                   state.running_task, static_cast<long long>(kExitGrace.count()));
   }
   for (auto& task : discarded) release_task(task);
   if (stopped) state.executor.join();

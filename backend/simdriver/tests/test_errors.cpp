@@ -86,6 +86,20 @@ TEST(a_failing_kernel_surfaces_at_the_next_synchronize_naming_it) {
   CHECK_OK(simStreamDestroy(other));
 }
 
+TEST(a_kernels_name_is_the_drivers_copy_so_the_caller_may_reuse_its_buffer) {
+  simStream_t stream = nullptr;
+  CHECK_OK(simStreamCreate(&stream));
+  char name[32] = "first_name_of_the_buffer";
+  CHECK_OK(simLaunchKernel(stream, name, succeed_kernel, nullptr, 0, nullptr));
+  std::strcpy(name, "second_name_in_the_buffer");  // the same buffer, another kernel's name
+  CHECK_OK(simLaunchKernel(stream, name, failing_kernel, nullptr, 0, nullptr));
+  std::strcpy(name, "overwritten_after_launch");
+  CHECK_STATUS(simStreamSynchronize(stream), simErrorLaunchFailure);
+  std::string message = simGetLastErrorMessage();
+  CHECK_MESSAGE(harness::contains(message, "the kernel 'second_name_in_the_buffer' failed"), message);
+  CHECK_OK(simStreamDestroy(stream));
+}
+
 TEST(a_synchronous_launch_returns_its_own_kernels_failure_at_once) {
   CHECK_STATUS(simLaunchKernelSync(nullptr, "sim::index.Tensor", failing_kernel, nullptr), simErrorLaunchFailure);
   std::string message = simGetLastErrorMessage();

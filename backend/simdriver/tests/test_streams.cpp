@@ -141,6 +141,28 @@ TEST(work_on_one_stream_runs_in_order) {
   CHECK_OK(simStreamDestroy(stream));
 }
 
+TEST(a_stream_keeps_its_order_while_its_queue_grows_around_the_executor) {
+  auto& log = harness::kept<Log>();
+  simStream_t stream = nullptr;
+  CHECK_OK(simStreamCreate(&stream));
+  std::vector<std::string> expected;
+  // Each round holds the stream behind a kernel waiting for the host, queues more than the round before and
+  // releases it: the queue's tasks start further along its storage each time, and it grows while they wrap.
+  for (int round = 0, queued = 5; round < 4; ++round, queued *= 3) {
+    auto& flag = harness::kept<Flag>();
+    CHECK_OK(simLaunchKernel(stream, "wait_for_flag", wait_for_flag_kernel, &flag, 0, nullptr));
+    for (int index = 0; index < queued; ++index) {
+      expected.push_back("r" + std::to_string(round) + "k" + std::to_string(index));
+      CHECK_OK(launch_log(stream, log, expected.back()));
+    }
+    CHECK(simStreamQuery(stream) == simErrorNotReady);
+    flag.go = true;
+    CHECK_OK(simStreamSynchronize(stream));
+  }
+  CHECK(log.snapshot() == expected);
+  CHECK_OK(simStreamDestroy(stream));
+}
+
 TEST(a_stream_waiting_on_an_event_does_not_hold_back_another_stream) {
   auto& log = harness::kept<Log>();
   simStream_t producer = nullptr, waiting = nullptr, independent = nullptr;

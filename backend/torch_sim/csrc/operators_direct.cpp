@@ -378,13 +378,12 @@ void launch_direct(const Registered& registered, c10::Device device, uint64_t ki
     launched_before = g_launched_kinds.count({&registered, kinds}) > 0;
   }
   if (!launched_before) {
-    run_kernel(device, registered.kernel_name, [&] { launch->run(); });
+    run_kernel(device, registered.kernel_name, [&] { (*launch)(); });
     std::lock_guard<std::mutex> lock(g_launched_kinds_mutex);
     g_launched_kinds.insert({&registered, kinds});
     return;
   }
-  launch_kernel(device, registered.kernel_name, [launch = std::shared_ptr<Launch>(std::move(launch))] { launch->run(); },
-                Launch::calls_no_operator);
+  launch_kernel(device, registered.kernel_name, KernelWork(std::move(launch)), Launch::calls_no_operator);
 }
 
 template <class... Args>
@@ -437,7 +436,7 @@ struct StructuredLaunch {
   void meta() {
     std::apply([&](const auto&... args) { kernel.meta(used(args)...); }, arguments);
   }
-  void run() {
+  void operator()() {
     std::apply([&](const auto&... args) { kernel.impl_on_device(used(args)...); }, arguments);
   }
 };

@@ -48,7 +48,7 @@ struct Launch {
   TraceOrigin origin = interface_trace_on() ? current_trace_origin() : TraceOrigin{};  // for the interface trace
   c10::WarningHandler* warnings = nullptr;  // run_kernel: the caller's handler, alive while it waits
   const c10::function_ref<void()>* body = nullptr;  // run_kernel: the caller's, alive while it waits
-  std::function<void()> work;                         // launch_kernel: owned by the launch until the kernel ran
+  KernelWork work;                                    // launch_kernel: owned by the launch until the kernel ran
   std::exception_ptr error;                           // run_kernel: what the body threw, for the caller
   Launch* next_finished = nullptr;                     // launch_kernel: the list of launches the device ran
   Launch(c10::Stream stream, const std::string& name, bool on_caller = false, bool without_caller_state = false)
@@ -189,8 +189,7 @@ void run_kernel(c10::Device device, const std::string& name, c10::function_ref<v
   if (launch.error) std::rethrow_exception(launch.error);
 }
 
-void launch_kernel(c10::Device device, const std::string& name, std::function<void()> work,
-                   bool without_caller_state) {
+void launch_kernel(c10::Device device, const std::string& name, KernelWork work, bool without_caller_state) {
   if (t_on_device) return work();
   release_finished_launches();
   auto launch = std::make_unique<Launch>(current_stream(device), name, false, without_caller_state);

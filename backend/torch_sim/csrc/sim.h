@@ -136,6 +136,34 @@ void run_kernel(c10::Device device, const std::string& name, c10::function_ref<v
 // product, a softmax) may give other bits on one thread than on the CPU's intra-op threads, and a parallel one would
 // start an OpenMP team owned by the calling thread, beside the executor's.
 constexpr int64_t kSmallKernelElements = 32768;
+// What a queued kernel runs: a callable object owned by its launch, and released by a host thread once the
+// kernel ran. Made from the object itself, so that the launch allocates nothing more to hold it.
+class KernelWork {
+ public:
+  KernelWork() = default;
+  template <class Work>
+  explicit KernelWork(std::unique_ptr<Work> work)
+      : object_(work.release()),
+        run_([](void* object) { (*static_cast<Work*>(object))(); }),
+        destroy_([](void* object) { delete static_cast<Work*>(object); }) {}
+  KernelWork(KernelWork&& other) noexcept { *this = std::move(other); }
+  KernelWork& operator=(KernelWork&& other) noexcept {
+    std::swap(object_, other.object_);
+    std::swap(run_, other.run_);
+    std::swap(destroy_, other.destroy_);
+    return *this;
+  }
+  ~KernelWork() {
+    if (object_ != nullptr) destroy_(object_);
+  }
+  explicit operator bool() const { return object_ != nullptr; }
+  void operator()() { run_(object_); }
+
+ private:
+  void* object_ = nullptr;
+  void (*run_)(void*) = nullptr;
+  void (*destroy_)(void*) = nullptr;
+};
 // Queues `work` as a kernel on the current stream of `device` and returns at once; what it throws becomes the
 // device's error, raised by the next synchronising call. `name` must live as long as the process. Called from a
 // kernel, it runs `work` at once.
@@ -143,8 +171,11 @@ constexpr int64_t kSmallKernelElements = 32768;
 // TensorIterator's loop) is launched `without_caller_state`: the launching thread's state (grad mode, dispatch-key
 // exclusions, the profiler's callbacks, Python modes) could change nothing in it, and capturing it costs the
 // launching thread more than the loop of a small kernel takes.
-void launch_kernel(c10::Device device, const std::string& name, std::function<void()> work,
-                   bool without_caller_state = false);
+void launch_kernel(c10::Device device, const std::string& name, KernelWork work, bool without_caller_state = false);
+template <class Callable, class = std::enable_if_t<std::is_invocable_v<Callable&>>>
+void launch_kernel(c10::Device device, const std::string& name, Callable work, bool without_caller_state = false) {
+  launch_kernel(device, name, KernelWork(std::make_unique<Callable>(std::move(work))), without_caller_state);
+}
 // A host thread's wait for the device, as a scope around the driver call that waits: the thread lets go of the GIL
 // while it waits (a kernel may need it: one registered from Python), and afterwards releases what the kernels
 // the device finished owned. The executor never releases a launch itself: freeing a tensor or a dispatch mode

@@ -61,7 +61,6 @@ void release_task(Task& task);
 class TaskQueue {
  public:
   bool empty() const { return count_ == 0; }
-  size_t size() const { return count_; }
   Task& front() { return slots_[head_]; }
   const Task& front() const { return slots_[head_]; }
   void push_back(Task task) {
@@ -73,9 +72,6 @@ class TaskQueue {
     slots_[head_] = Task();
     head_ = (head_ + 1) % slots_.size();
     count_ -= 1;
-  }
-  void clear() {
-    while (!empty()) pop_front();
   }
 
  private:

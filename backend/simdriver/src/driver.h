@@ -56,8 +56,7 @@ struct Task {
 // Runs the release callback of a task that will never run, or has run.
 void release_task(Task& task);
 
-// A stream's tasks in order: a ring over storage it keeps, so that a queue in steady use allocates nothing and
-// the executor, taking tasks off, frees nothing the launching thread allocated.
+// A stream's tasks in order: a ring over storage it keeps, so that a queue in steady use allocates nothing.
 class TaskQueue {
  public:
   bool empty() const { return count_ == 0; }

@@ -60,8 +60,7 @@ INTERLEAVED_METHOD = describe_interleaved()
 class Timing:
     """A contender's typical call (median of the round medians) and the spread of its round medians, in seconds;
     `launching`, for `alternating`: the same median of the processor time the calling thread spent before it waited
-    for the device (what the host pays to launch the work; unlike the call's time, other processes' load adds
-    little to it)."""
+    for the device (what the host pays to launch the work)."""
 
     median: float
     low: float

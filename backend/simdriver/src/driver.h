@@ -61,7 +61,6 @@ class TaskQueue {
  public:
   bool empty() const { return count_ == 0; }
   Task& front() { return slots_[head_]; }
-  const Task& front() const { return slots_[head_]; }
   void push_back(Task task) {
     if (count_ == slots_.size()) grow();
     slots_[(head_ + count_) % slots_.size()] = std::move(task);

@@ -104,6 +104,7 @@ benchmark: setup
 	$(PYTHON) benchmarks/backend_speed.py
 	$(PYTHON) benchmarks/openmp_teams.py
 	$(PYTHON) benchmarks/thread_time.py
+	$(PYTHON) benchmarks/thread_time.py --workload multiplies
 	$(PYTHON) benchmarks/run_ahead.py
 	$(PYTHON) benchmarks/explorer_speed.py
 	$(PYTHON) benchmarks/trace_speed.py

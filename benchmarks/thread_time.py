@@ -1,11 +1,12 @@
-"""Where a training step's time goes, thread by thread: processor time and time spent waiting for a processor.
+"""Where a step's time goes, thread by thread: processor time and time spent waiting for a processor.
 
 Each device trains alone in a fresh process with PyTorch's defaults (sim's backward on autograd's device thread),
 the processes taking turns. A process reads its threads' scheduler statistics (Linux's /proc/self/task/*/schedstat
 and status) before and after STEPS timed steps and reports, per step: each thread's processor time, the time it was
 ready to run but waited for a processor (the run queue), and its voluntary and involuntary context switches. A
 machine with few cores shows here which threads compete for them. Run: `python benchmarks/thread_time.py`
-(`--workload mlp|cnn|transformer`, `--rounds N`).
+(`--workload mlp|cnn|transformer|multiplies`, `--rounds N`); `multiplies` is backend_speed.py's per-op row, 1,000
+multiplies of 64x64 as one step, where only launching a kernel and running it are left to compete.
 """
 from __future__ import annotations
 
@@ -45,9 +46,9 @@ def measure(device: str, workload: str) -> dict[str, object]:
     import torch
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from backend_speed import training_step
+    from backend_speed import multiplies, training_step
 
-    step = training_step(workload, device)
+    step = multiplies(device, 64, 1000) if workload == "multiplies" else training_step(workload, device)
     finish = torch.sim.synchronize if device == "sim" else (lambda: None)
     for _ in range(WARM_UP_STEPS):
         step()
@@ -88,7 +89,7 @@ def run_worker(device: str, workload: str) -> dict[str, object]:
 
 def main(arguments: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workload", default="mlp", choices=("mlp", "cnn", "transformer"))
+    parser.add_argument("--workload", default="mlp", choices=("mlp", "cnn", "transformer", "multiplies"))
     parser.add_argument("--rounds", type=int, default=3, help="fresh processes per device, taking turns")
     parser.add_argument("--worker", choices=("cpu", "sim"), help=argparse.SUPPRESS)
     options = parser.parse_args(arguments)
@@ -104,7 +105,9 @@ def main(arguments: list[str]) -> int:
         for device in results:
             results[device].append(run_worker(device, options.workload))
     processes = f"{options.rounds} fresh process{'es' if options.rounds != 1 else ''}"
-    print(f"# one SGD training step of the small {options.workload}: {STEPS} steps after {WARM_UP_STEPS} warm-up, "
+    what = ("1,000 multiplies of 64x64" if options.workload == "multiplies"
+            else f"one SGD training step of the small {options.workload}")
+    print(f"# {what}: {STEPS} steps after {WARM_UP_STEPS} warm-up, "
           f"{processes} per device taking turns; medians over the processes, per step")
     steps = {device: statistics.median(run["step_ns"] for run in runs) for device, runs in results.items()}
     print(f"step: cpu {steps['cpu'] / 1e3:.0f} us, sim {steps['sim'] / 1e3:.0f} us, "

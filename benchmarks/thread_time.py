@@ -1,6 +1,6 @@
 """Where a step's time goes, thread by thread: processor time and time spent waiting for a processor.
 
-Each device trains alone in a fresh process with PyTorch's defaults (sim's backward on autograd's device thread),
+Each device runs alone in a fresh process with PyTorch's defaults (sim's backward on autograd's device thread),
 the processes taking turns. A process reads its threads' scheduler statistics (Linux's /proc/self/task/*/schedstat
 and status) before and after STEPS timed steps and reports, per step: each thread's processor time, the time it was
 ready to run but waited for a processor (the run queue), and its voluntary and involuntary context switches. A

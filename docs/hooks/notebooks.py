@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
+import json
 import importlib.resources
 import logging
 import os
@@ -244,6 +245,17 @@ def on_page_markdown(markdown: str, page, config, files, **kwargs) -> str:
 
 
 _FIGURE_SCRIPT = re.compile(r"<script([^>]*)>((?:(?!</script>).)*?Plotly\.newPlot\((?:(?!</script>).)*)</script>", re.DOTALL)
+_FIGURE_ID = re.compile(r'Plotly\.newPlot\(\s*"([^"]+)"')
+
+
+def _queued_figure(match: re.Match) -> str:
+    """A figure's script, rewritten to queue its drawing for figure-loader.js, which draws it once it comes near the
+    window."""
+    figure = _FIGURE_ID.search(match.group(2)).group(1)
+    return (f'<script{match.group(1)}>(window.pu1Figures = window.pu1Figures || []).push([{json.dumps(figure)}, '
+            f'function () {{{match.group(2)}}}]);</script>')
+
+
 _HEADING = re.compile(r'<h([1-6]) id="([^"]+)"[^>]*>(.*?)</h\1>', re.DOTALL)
 
 
@@ -290,11 +302,10 @@ def without_outputs_in_search(html: str) -> str:
 
 
 def on_page_content(html: str, page, config, files, **kwargs) -> str:
-    """Figures draw once the deferred plotly.js is there; a notebook page keeps the code in its
+    """Figures draw once they come near the window (figure-loader.js); a notebook page keeps the code in its
     title, its links to other notebooks and pages lead to those pages, and search indexes its prose and code
     but not its outputs."""
-    html = _FIGURE_SCRIPT.sub(lambda match: f'<script{match.group(1)}>document.addEventListener("DOMContentLoaded", '
-                                            f'function () {{{match.group(2)}}});</script>', html)
+    html = _FIGURE_SCRIPT.sub(_queued_figure, html)
     if not page.file.src_uri.endswith(".ipynb"):
         return html
     html = without_outputs_in_search(html)

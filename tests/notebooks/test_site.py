@@ -226,12 +226,15 @@ def test_search_indexes_a_notebooks_prose_and_code_but_not_its_outputs(site):
 
 
 def test_plotly_loads_only_on_pages_that_draw_and_never_blocks_the_first_paint(site):
+    """plotly.js is no script of a page: the deferred figure-loader.js loads it when a figure comes near the window
+    (a browser test below shows when)."""
     for page in site_pages(site) + ["404.html"]:
         text = (site / page / "index.html" if not page.endswith(".html") else site / page).read_text()
         draws = 'class="plotly-graph-div"' in text
         assert ("plotly.min.js" in text) == draws, page
+        assert not re.search(r'<script[^>]+src="[^"]*plotly\.min\.js"', text), page
         if draws:
-            assert '<script defer src="' in text.split("plotly.min.js")[0].rsplit("\n", 1)[-1], page
+            assert re.search(r'<script defer src="[^"]*figure-loader\.js"\s+data-plotly="[^"]*plotly\.min\.js"', text), page
     pages_without_figures = [page for page in site_pages(site)
                              if 'class="plotly-graph-div"' not in (site / page / "index.html").read_text()]
     assert pages_without_figures, "every page draws: the plotly-free case is not tested"
@@ -241,7 +244,8 @@ def test_a_page_without_figures_weighs_at_most_1_5_mb(site):
     """The page and the scripts and stylesheets it loads, plotly.js included where a page draws."""
     def weight(page: Path) -> int:
         text = page.read_text()
-        assets = re.findall(r'<script[^>]+src="([^"]+)"', text) + re.findall(r'<link[^>]+rel="stylesheet"[^>]+href="([^"]+)"', text)
+        assets = (re.findall(r'<script[^>]+src="([^"]+)"', text) + re.findall(r'data-plotly="([^"]+)"', text)
+                  + re.findall(r'<link[^>]+rel="stylesheet"[^>]+href="([^"]+)"', text))
         return len(text.encode()) + sum((page.parent / asset).resolve().stat().st_size for asset in assets
                                         if not urllib.parse.urlsplit(asset).scheme)
     pages = [site / name / "index.html" for name in site_pages(site)]
@@ -312,11 +316,13 @@ def test_no_page_shows_a_folder_of_the_machine_that_built_it(site):
     assert leaks == []
 
 
-def visit(page, url: str) -> None:
-    from pu1_docs.page_load import FIGURES_DRAWN
+def visit(page, url: str, draw_every_figure: bool = False) -> None:
+    """Loads the page at `url`; with `draw_every_figure`, also scrolls to each figure until every one has drawn."""
+    from pu1_docs.page_load import DRAW_EVERY_FIGURE
 
     page.goto(url, wait_until="load")
-    page.wait_for_function(FIGURES_DRAWN, timeout=30_000)
+    if draw_every_figure:
+        page.wait_for_function(DRAW_EVERY_FIGURE, timeout=30_000)
 
 
 def test_every_page_in_chromium_draws_without_errors_or_network_and_loads_at_most_2_mb(site, served):
@@ -326,7 +332,7 @@ def test_every_page_in_chromium_draws_without_errors_or_network_and_loads_at_mos
     Resource Timing entries: pu1_docs.page_load; benchmarks/site_load.py records the sizes and the load times)."""
     from playwright.sync_api import sync_playwright
 
-    from pu1_docs.page_load import measured, without_cache
+    from pu1_docs.page_load import RECORD_FIGURE_DRAWS, measured, without_cache
 
     problems: list[str] = []
     loads = {}
@@ -339,6 +345,7 @@ def test_every_page_in_chromium_draws_without_errors_or_network_and_loads_at_mos
                 page = browser.new_page(viewport=viewport)
                 if viewport_name == "desktop":
                     without_cache(page)
+                    page.add_init_script(RECORD_FIGURE_DRAWS)
                 current = {"url": ""}
                 page.on("console", lambda message: problems.append(f"{current['url']}: console {message.text}")
                         if message.type == "error" else None)
@@ -348,9 +355,9 @@ def test_every_page_in_chromium_draws_without_errors_or_network_and_loads_at_mos
                         and not request.url.startswith(("data:", "blob:")) else None)
                 for name in site_pages(site):
                     current["url"] = served + name + ("/" if name else "")
-                    visit(page, current["url"])
+                    visit(page, current["url"], draw_every_figure=viewport_name != "desktop")
                     if viewport_name == "desktop":
-                        loads[name] = measured(page, name)
+                        loads[name] = measured(page, name)  # draws every figure
                     for index, box in enumerate(page.eval_on_selector_all(
                             ".plotly-graph-div", "figures => figures.map(f => f.getBoundingClientRect().toJSON())")):
                         if box["width"] < 100 or box["height"] < 100:
@@ -419,6 +426,41 @@ def test_a_notebook_pages_cells_below_the_screen_are_drawn_when_they_come_into_v
             browser.close()
 
 
+def test_a_figure_draws_and_plotly_js_loads_only_once_the_figure_comes_near_the_window(served):
+    """A page whose figures are all far below the first screen reaches its load event without plotly.js; scrolled to,
+    a figure draws (plotly.js loaded once). The home page's figures, within a screen of the window, draw unscrolled."""
+    from playwright.sync_api import sync_playwright
+
+    drawn = "() => [...document.querySelectorAll('.plotly-graph-div')].map(figure => !!figure.querySelector('.main-svg'))"
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path(), args=list(CHROMIUM_FLAGS))
+        try:
+            page = browser.new_page(viewport=VIEWPORTS["desktop"])
+            plotly_requests = []
+            page.on("request", lambda request: plotly_requests.append(request.url)
+                    if request.url.endswith("plotly.min.js") else None)
+            visit(page, served + "notebooks/07_start_your_own_backend/")
+            tops = page.eval_on_selector_all(".plotly-graph-div", "figures => figures.map(f => f.getBoundingClientRect().top)")
+            assert len(tops) >= 2 and min(tops) > 3 * VIEWPORTS["desktop"]["height"]
+            page.evaluate("() => new Promise(resolve => requestAnimationFrame(() => requestAnimationFrame(resolve)))")
+            assert page.evaluate(drawn) == [False] * len(tops) and plotly_requests == []
+            assert page.evaluate("() => window.Plotly") is None
+
+            page.locator(".plotly-graph-div").first.scroll_into_view_if_needed()
+            page.wait_for_function(f"() => ({drawn})()[0]", timeout=30_000)
+            assert len(plotly_requests) == 1
+            assert page.evaluate(drawn)[-1] is False  # the last figure, still far below the window
+            page.locator(".plotly-graph-div").last.scroll_into_view_if_needed()
+            page.wait_for_function(f"() => ({drawn})().at(-1)", timeout=30_000)
+            assert len(plotly_requests) == 1
+
+            visit(page, served)
+            page.wait_for_function(f"() => ({drawn})().every(Boolean)", timeout=30_000)
+            assert page.evaluate("() => window.scrollY") == 0
+        finally:
+            browser.close()
+
+
 def test_download_links_give_valid_notebooks(site, served):
     downloads = 0
     for name in site_pages(site):
@@ -431,7 +473,7 @@ def test_download_links_give_valid_notebooks(site, served):
     assert downloads == len(list(site.glob("notebooks/*/index.html")))
 
 
-def test_search_finds_the_allocator_page_and_the_dark_palette_toggles(served):
+def test_search_finds_the_allocator_page_and_figures_follow_the_dark_palette(served):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
@@ -444,15 +486,24 @@ def test_search_finds_the_allocator_page_and_the_dark_palette_toggles(served):
             page.wait_for_selector(".md-search-result__link[href*='guide_04_allocator']", timeout=30_000)
 
             page.keyboard.press("Escape")
-            page.wait_for_function("() => document.querySelector('.plotly-graph-div .main-svg')", timeout=30_000)
-            light = page.eval_on_selector(".plotly-graph-div .main-svg", "svg => getComputedStyle(svg).backgroundColor")
+            # the page's figure is below the first screen: it is drawn only once scrolled to, after the palette
+            # turned dark, and must draw dark; back in the light palette it gets its own colours again
+            assert page.evaluate("() => document.querySelector('.plotly-graph-div .main-svg')") is None
+            toggle = page.locator("form[data-md-component=palette] label:visible")
             scheme = page.get_attribute("body", "data-md-color-scheme")
-            page.locator("form[data-md-component=palette] label:visible").first.click()
+            toggle.first.click()
             page.wait_for_function(f"() => document.body.getAttribute('data-md-color-scheme') !== '{scheme}'")
             assert page.get_attribute("body", "data-md-color-scheme") == "slate"
-            page.wait_for_function(
-                f"() => getComputedStyle(document.querySelector('.plotly-graph-div .main-svg')).backgroundColor !== '{light}'",
-                timeout=10_000)
+            background = "() => getComputedStyle(document.querySelector('.plotly-graph-div .main-svg')).backgroundColor"
+            page.locator(".plotly-graph-div").first.scroll_into_view_if_needed()
+            page.wait_for_function(f"() => document.querySelector('.plotly-graph-div .main-svg') && ({background})() === "
+                                   "'rgb(30, 33, 41)'", timeout=30_000)  # figure-palette.js's dark paper
+            toggle.first.click()
+            page.wait_for_function(f"() => document.body.getAttribute('data-md-color-scheme') !== 'slate'")
+            page.wait_for_function(f"() => ({background})() !== 'rgb(30, 33, 41)'", timeout=10_000)
+            assert page.evaluate(background) == "rgb(255, 255, 255)"
+            toggle.first.click()
+            page.wait_for_function(f"() => ({background})() === 'rgb(30, 33, 41)'", timeout=10_000)
             if TAKE_SCREENSHOTS:
                 page.screenshot(path=str(SCREENSHOTS / "quickstart-dark.png"), full_page=True)
         finally:

@@ -40,9 +40,9 @@
     document.querySelectorAll(".js-plotly-plot").forEach(restyle);
   }
 
+  // a figure drawn when it came near the window (figure-loader.js)
+  document.addEventListener("pu1-figure-drawn", function (event) { restyle(event.target); });
   document.addEventListener("DOMContentLoaded", function () {
-    // the figures' own listeners ran first: they are drawn, or drawing
-    setTimeout(restyleAll, 0);
     new MutationObserver(restyleAll).observe(document.body, {attributes: true, attributeFilter: ["data-md-color-scheme"]});
   });
 })();

@@ -248,10 +248,14 @@ _FIGURE_SCRIPT = re.compile(r"<script([^>]*)>((?:(?!</script>).)*?Plotly\.newPlo
 _FIGURE_ID = re.compile(r'Plotly\.newPlot\(\s*"([^"]+)"')
 
 
-def _queued_figure(match: re.Match) -> str:
+def _queued_figure(match: re.Match, page_path: str) -> str:
     """A figure's script, rewritten to queue its drawing for figure-loader.js, which draws it once it comes near the
     window."""
-    figure = _FIGURE_ID.search(match.group(2)).group(1)
+    figure = _FIGURE_ID.search(match.group(2))
+    if figure is None:
+        raise PluginError(f"{page_path}: a figure's script calls Plotly.newPlot without its container's id as a "
+                          "string; draw figures with plotly's own HTML (fig.show() or fig.to_html())")
+    figure = figure.group(1)
     return (f'<script{match.group(1)}>(window.pu1Figures = window.pu1Figures || []).push([{json.dumps(figure)}, '
             f'function () {{{match.group(2)}}}]);</script>')
 
@@ -305,7 +309,7 @@ def on_page_content(html: str, page, config, files, **kwargs) -> str:
     """Figures draw once they come near the window (figure-loader.js); a notebook page keeps the code in its
     title, its links to other notebooks and pages lead to those pages, and search indexes its prose and code
     but not its outputs."""
-    html = _FIGURE_SCRIPT.sub(_queued_figure, html)
+    html = _FIGURE_SCRIPT.sub(lambda match: _queued_figure(match, page.file.src_uri), html)
     if not page.file.src_uri.endswith(".ipynb"):
         return html
     html = without_outputs_in_search(html)

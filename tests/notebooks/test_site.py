@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import types
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -214,6 +215,21 @@ def test_the_search_exclusion_keeps_a_nested_output_whole_and_changes_nothing_el
         '<div>out</div></div>tail</pu1-outputs><p>after</p>')
     unbalanced = '<div class="jp-Cell-outputWrapper"><div>never closed'
     assert hook.without_outputs_in_search(unbalanced) == unbalanced
+
+
+def test_a_figures_script_is_queued_for_the_figure_loader_and_one_without_its_containers_id_is_refused():
+    from mkdocs.exceptions import PluginError
+
+    hook = load_hook("notebooks")
+    page = types.SimpleNamespace(file=types.SimpleNamespace(src_uri="concepts/sim.md"))
+    figure = '<div class="plotly-graph-div" id="f1"></div><script type="text/javascript">Plotly.newPlot( "f1", [], {})</script>'
+    assert hook.on_page_content(figure, page, config=None, files=None) == (
+        '<div class="plotly-graph-div" id="f1"></div><script type="text/javascript">(window.pu1Figures = '
+        'window.pu1Figures || []).push(["f1", function () {Plotly.newPlot( "f1", [], {})}]);</script>')
+    without_id = '<script>const figure = document.querySelector("div"); Plotly.newPlot(figure, [], {})</script>'
+    with pytest.raises(PluginError, match=r"^concepts/sim.md: a figure's script calls Plotly.newPlot without its "
+                                          r"container's id as a string; draw figures with plotly's own HTML"):
+        hook.on_page_content(without_id, page, config=None, files=None)
 
 
 def test_search_indexes_a_notebooks_prose_and_code_but_not_its_outputs(site):

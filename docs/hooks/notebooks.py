@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import functools
-import json
 import importlib.resources
+import json
 import logging
 import os
 import posixpath

@@ -24,11 +24,11 @@ DRAW_EVERY_FIGURE = ("() => { const waiting = [...document.querySelectorAll('.pl
 # "pu1-figure-drawn" event that figure-loader.js sends once it drew one.
 RECORD_FIGURE_DRAWS = ("window.pu1FigureDrawn = new Map(); document.addEventListener('pu1-figure-drawn',"
                        " event => window.pu1FigureDrawn.set(event.target, performance.now()));")
-# When the last figure on the first screen drew (0: none is there); false while one is still to draw.
+# [when the last figure on the first screen drew] ([0]: none is there); false while one is still to draw.
 FIRST_SCREEN_DRAWN = ("() => { const first = [...document.querySelectorAll('.plotly-graph-div')]"
                       ".filter(figure => figure.getBoundingClientRect().top < window.innerHeight);"
                       " return first.every(figure => window.pu1FigureDrawn.has(figure))"
-                      " && Math.max(0, ...first.map(figure => window.pu1FigureDrawn.get(figure))); }")
+                      " && [Math.max(0, ...first.map(figure => window.pu1FigureDrawn.get(figure)))]; }")
 MEASURE = """() => {
     const navigation = performance.getEntriesByType('navigation')[0];
     const entries = [navigation, ...performance.getEntriesByType('resource')];
@@ -68,10 +68,9 @@ def without_cache(page) -> None:
 
 
 def measured(page, page_path: str) -> PageLoad:
-    """What the page, loaded (with RECORD_FIGURE_DRAWS) and not scrolled yet, loaded since its navigation began, once
+    """What a page just loaded with RECORD_FIGURE_DRAWS, not scrolled yet, has loaded since its navigation began, once
     it was scrolled to each figure and every one has drawn (so plotly.js is counted wherever a page draws)."""
-    page.wait_for_function(f"() => ({FIRST_SCREEN_DRAWN})() !== false", timeout=30_000)
-    first_screen_drawn = page.evaluate(FIRST_SCREEN_DRAWN)
+    [first_screen_drawn] = page.wait_for_function(FIRST_SCREEN_DRAWN, timeout=30_000).json_value()
     page.wait_for_function(DRAW_EVERY_FIGURE, timeout=30_000)
     found = page.evaluate(MEASURE)
     return PageLoad(page_path, int(found["transferred"]), int(found["decoded"]), int(found["requests"]),

@@ -320,6 +320,17 @@ def test_every_notebook_page_draws_a_figure(site):
     assert without == []
 
 
+def test_the_widgets_listings_are_not_code_blocks_the_theme_measures_while_a_page_loads(site):
+    """Material measures each `pre > code` of a page as it loads, forcing the layout of the notebook cell around it:
+    the widgets' listings (code_html) are a `<pre>` alone, and the guide pages still show them."""
+    from pu1_explorer.widgets.base import code_html
+
+    opening = code_html("x").split(">", 1)[0] + ">"
+    pages = {path.parent.name: path.read_text() for path in sorted(site.glob("notebooks/*/index.html"))}
+    assert all(pages[name].count(opening) >= 2 for name in pages if name.startswith("guide_"))
+    assert [name for name, text in pages.items() if re.search(re.escape(opening) + r"\s*<code", text)] == []
+
+
 def test_the_landing_page_shows_a_trace_and_the_coverage_made_at_build_time(site):
     home = (site / "index.html").read_text()
     assert home.count('class="plotly-graph-div"') == 2 and "hops through the dispatcher" in home

@@ -74,14 +74,17 @@ def figure_html(figure: go.Figure) -> str:
 
 @functools.lru_cache(maxsize=64)  # a guide step's sources are drawn again at each render
 def code_html(code: str, language: str = "python") -> str:
-    """Code highlighted with inline styles (they need no stylesheet, live or on the site), scrolled, never wrapped."""
+    """Code highlighted with inline styles (they need no stylesheet, live or on the site), scrolled, never wrapped.
+
+    A `<pre>` without a `<code>` inside, as pygments writes it: the site's theme measures each `pre > code` as the page
+    loads, forcing the layout of the notebook cell around it, which made guide pages with listings slow to load."""
     from pygments import highlight
     from pygments.formatters import HtmlFormatter
     from pygments.lexers import get_lexer_by_name
 
     highlighted = highlight(code, get_lexer_by_name(language), HtmlFormatter(noclasses=True, nowrap=True))
     return ('<pre style="white-space:pre;overflow-x:auto;background:#f7f7f9;color:#1f2328;padding:.6em .8em;'
-            f'border-radius:4px;font-size:.8em;line-height:1.45"><code>{highlighted}</code></pre>')
+            f'border-radius:4px;font-size:.8em;line-height:1.45">{highlighted}</pre>')
 
 
 def folded_code_html(summary: str, code: str, language: str = "python", fold_after: int = 30) -> str:

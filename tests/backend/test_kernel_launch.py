@@ -9,17 +9,8 @@ import pytest
 import torch
 import torch_sim  # noqa: F401
 
+from tests.backend.device_sleeps import LONG_MS, within
 from tests.conftest import run_forked
-
-# A bound only: each test wakes its sleep once it has looked at the pending work, and the host's own steps take a
-# small part of it.
-LONG_MS = 20_000
-
-
-def within(launched: float, ms: float) -> bool:
-    """Whether the host reached this point in well under `ms` after `launched` (a stalled host proves nothing)."""
-    return (time.monotonic() - launched) * 1000 < ms / 2
-
 
 def test_a_computing_kernel_returns_before_the_device_ran_it():
     x = torch.arange(1024, dtype=torch.float32, device="sim")

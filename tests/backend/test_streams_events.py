@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch_sim
 
+from tests.backend.device_sleeps import LONG_MS, within
 from tests.conftest import run_forked
 
 
@@ -143,16 +144,8 @@ def test_record_stream_tells_the_allocator_and_refuses_a_stream_of_another_devic
 
 
 # ------------------------------------------------------------------------------- an asynchronous device
-# device_sleep() keeps a stream busy on the device while the host goes on, until the test wakes it. Each assertion
-# that work is still pending is made before the wake, well inside the sleep, and checks with the host's clock that it
-# was; LONG_MS is only a bound.
-LONG_MS = 20_000
+# device_sleep() keeps a stream busy while the host goes on (tests.backend.device_sleeps), until the test wakes it.
 WAKE_SECONDS = 0.1
-
-
-def within(started: float, milliseconds: float) -> bool:
-    """True while less than half of a sleep that started at `started` (host clock) can have passed."""
-    return (time.monotonic() - started) * 1000 < milliseconds / 2
 
 
 def wake_soon(sleep) -> list[float]:

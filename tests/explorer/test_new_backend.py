@@ -328,7 +328,8 @@ def test_the_commands_of_the_generated_ci_workflow_pass_and_write_junit_and_the_
 
 # sim's tests of its asynchronous device and of discrete memory, and the modules they need
 SIMS_DEVICE_TESTS = ("backend/test_kernel_launch.py", "backend/test_streams_events.py", "backend/test_discrete_memory.py")
-THEIR_MODULES = ("__init__.py", "conftest.py", "backend/__init__.py", "backend/host_reads_device_memory.py")
+THEIR_MODULES = ("__init__.py", "conftest.py", "backend/__init__.py", "backend/host_reads_device_memory.py",
+                 "backend/device_sleeps.py")
 
 
 def test_sims_asynchronous_device_and_discrete_memory_tests_pass_on_the_generated_backend(vendor_backend, tmp_path):

@@ -120,3 +120,29 @@ def test_a_foreach_call_that_returns_new_tensors_returns_them_before_the_device_
         assert torch.equal(got.cpu().isnan(), want.isnan()) and torch.equal(got.cpu().nan_to_num(), want.nan_to_num())
     assert all(torch.equal(got.cpu(), want) for got, want in zip(on_sim_x, xs))
     assert {t.untyped_storage().data_ptr() for t in roots}.isdisjoint(t.untyped_storage().data_ptr() for t in on_sim_x)
+
+
+def long_lists(device: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """A 40×3 matrix and a list of 100 tensors, as a model's parameters are many: its 40 rows (views of one
+    storage), 40 tensors of their own and 20 of those again, each passed a second time."""
+    generator = torch.Generator().manual_seed(0)
+    matrix = torch.randn(40, 3, generator=generator).to(device)
+    own = [torch.randn(3, generator=generator).to(device) for _ in range(40)]
+    return matrix, [*matrix.unbind(0), *own, *own[::2]]
+
+
+def test_a_foreach_call_over_long_lists_of_repeated_and_shared_tensors_is_the_cpus_bit_for_bit():
+    """Each tensor of a call has one alias on the host, however long its lists: a tensor passed twice is one tensor
+    to the kernel, views of one storage share it, and the results that are arguments or views of them come back as
+    those, both on the route without waiting (an in-place update) and on the waiting one (new tensors)."""
+    results = {}
+    for device in ("cpu", "sim"):
+        matrix, tensors = long_lists(device)
+        torch._foreach_addcmul_(tensors, tensors, tensors[::-1], value=0.5)  # later tensors read earlier updates
+        norms = torch._foreach_norm(tensors)
+        results[device] = [matrix, *tensors, *norms]
+    assert all(got.device.type == "sim" for got in results["sim"])
+    assert all(torch.equal(got.cpu(), want) for got, want in zip(results["sim"], results["cpu"], strict=True))
+    matrix, tensors = long_lists("sim")
+    torch._foreach_mul_(tensors, 2.0)
+    assert tensors[0].data_ptr() == matrix.data_ptr() and torch.equal(matrix.cpu(), long_lists("cpu")[0] * 2.0)

@@ -249,20 +249,21 @@ struct HostAliases {
     check_strided(t);
     // The same tensor passed twice (`cat([x, y], out=x)`) gets the same alias: kernels check
     // overlap by identity first, and an empty tensor overlaps nothing but itself.
-    for (auto& entry : entries)
-      if (entry.device_tensor.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) return entry.host_tensor;
+    if (auto known = find(entries, entry_of_device_tensor, t.unsafeGetTensorImpl(), device_tensor_of))
+      return entries[*known].host_tensor;
     c10::Storage host_storage;
-    for (auto& [host, device_storage] : storages)
-      if (device_storage.unsafeGetStorageImpl() == t.storage().unsafeGetStorageImpl()) {
-        host_storage = c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(host));
-        break;
-      }
+    if (auto known = find(storages, storage_of_device_storage, t.storage().unsafeGetStorageImpl(), device_storage_of))
+      host_storage = c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(storages[*known].first));
     if (!host_storage) {
       host_storage = host_view_of_storage(t.storage());
       storages.emplace_back(host_storage.unsafeGetStorageImpl(), t.storage());
+      indexed(storages, storage_of_device_storage, device_storage_of);
+      indexed(storages, storage_of_host_storage, host_storage_of);
     }
     at::Tensor host = tensor_on_storage(std::move(host_storage), c10::DispatchKey::CPU, t);
     entries.push_back({t, host});
+    indexed(entries, entry_of_device_tensor, device_tensor_of);
+    indexed(entries, entry_of_host_tensor, host_tensor_of);
     return host;
   }
 
@@ -300,14 +301,52 @@ struct HostAliases {
 
   at::Tensor back_to_device(const at::Tensor& host, c10::Device device) {
     if (!host.defined() || host.device().type() == kSim) return host;
-    for (auto& entry : entries)
-      if (entry.host_tensor.unsafeGetTensorImpl() == host.unsafeGetTensorImpl()) return entry.device_tensor;
+    if (auto known = find(entries, entry_of_host_tensor, host.unsafeGetTensorImpl(), host_tensor_of))
+      return entries[*known].device_tensor;
     if (host.layout() == c10::kStrided && host.has_storage()) {
-      for (auto& [host_storage, device_storage] : storages)
-        if (host_storage == host.storage().unsafeGetStorageImpl())
-          return tensor_on_storage(device_storage, c10::DispatchKey::PrivateUse1, host);
+      if (auto known = find(storages, storage_of_host_storage, host.storage().unsafeGetStorageImpl(), host_storage_of))
+        return tensor_on_storage(storages[*known].second, c10::DispatchKey::PrivateUse1, host);
     }
     return to_device(host, device);
+  }
+
+ private:
+  // A foreach call's lists hold a model's parameters, hundreds of tensors: past kScanned items a lookup goes
+  // through an index (built at the first lookup that needs it) instead of a scan, which made such a call's
+  // launch grow with the square of its tensors.
+  static constexpr size_t kScanned = 8;
+  using Index = std::unordered_map<const void*, size_t>;
+  Index entry_of_device_tensor, entry_of_host_tensor, storage_of_device_storage, storage_of_host_storage;
+
+  static const void* device_tensor_of(const Entry& entry) { return entry.device_tensor.unsafeGetTensorImpl(); }
+  static const void* host_tensor_of(const Entry& entry) { return entry.host_tensor.unsafeGetTensorImpl(); }
+  static const void* device_storage_of(const std::pair<c10::StorageImpl*, c10::Storage>& storage) {
+    return storage.second.unsafeGetStorageImpl();
+  }
+  static const void* host_storage_of(const std::pair<c10::StorageImpl*, c10::Storage>& storage) {
+    return storage.first;
+  }
+
+  // The position of the first item whose key is `key`.
+  template <typename Items, typename KeyOf>
+  static std::optional<size_t> find(const Items& items, Index& index, const void* key, KeyOf key_of) {
+    if (items.size() <= kScanned) {
+      for (size_t i = 0; i < items.size(); ++i)
+        if (key_of(items[i]) == key) return i;
+      return std::nullopt;
+    }
+    if (index.empty()) {
+      index.reserve(2 * items.size());
+      for (size_t i = 0; i < items.size(); ++i) index.emplace(key_of(items[i]), i);  // keeps each key's first item
+    }
+    auto found = index.find(key);
+    return found == index.end() ? std::nullopt : std::optional<size_t>(found->second);
+  }
+
+  // Keeps an index that was built up to date with the item just appended to `items`.
+  template <typename Items, typename KeyOf>
+  static void indexed(const Items& items, Index& index, KeyOf key_of) {
+    if (!index.empty()) index.emplace(key_of(items.back()), items.size() - 1);
   }
 };
 

@@ -133,8 +133,8 @@ def long_lists(device: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
 
 def test_a_foreach_call_over_long_lists_of_repeated_and_shared_tensors_is_the_cpus_bit_for_bit():
     """Each tensor of a call has one alias on the host, however long its lists: a tensor passed twice is one tensor
-    to the kernel, views of one storage share it, and the results that are arguments or views of them come back as
-    those, both on the route without waiting (an in-place update) and on the waiting one (new tensors)."""
+    to the kernel and views of one storage share it, on the route without waiting (an in-place update, which also
+    reaches the matrix the views share) and on the waiting one (`_foreach_norm`'s new tensors)."""
     results = {}
     for device in ("cpu", "sim"):
         matrix, tensors = long_lists(device)

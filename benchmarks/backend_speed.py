@@ -30,6 +30,19 @@ def multiplies(device: str, size: int, count: int) -> Callable[[], object]:
     return run
 
 
+def matrix_products(device: str, size: int, count: int) -> Callable[[], object]:
+    """`count` products of two size x size float32 matrices, each independent of the others."""
+    a = torch.randn(size, size, device=device)
+    b = torch.randn(size, size, device=device)
+
+    def run() -> object:
+        for _ in range(count):
+            result = a @ b
+        return result
+
+    return run
+
+
 def absolute_values(device: str, size: int = 64, count: int = 1000) -> Callable[[], object]:
     """`count` absolute values of a size x size float32 tensor: sim serves `aten::abs` through its boxed route
     (a host kernel called on device memory through the boxed stack), where the multiply has a direct kernel."""

@@ -36,6 +36,7 @@ def main() -> int:
     rows = [("1,000 multiplies, 64x64 float32", backend_speed.multiplies("sim", 64, 1000), 5),
             ("100 multiplies, 1024x1024 float32", backend_speed.multiplies("sim", 1024, 100), 5),
             ("100 device-to-device copies, 1024x1024 float32", backend_speed.device_copies("sim"), 5),
+            ("100 matrix products, 256x256 float32", backend_speed.matrix_products("sim", 256, 100), 5),
             ("one training step, small MLP (SGD)", backend_speed.training_step("mlp", "sim"), CALLS),
             ("one training step, small CNN (SGD)", backend_speed.training_step("cnn", "sim"), CALLS)]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, sim memory {torch.sim.memory_mode()}; "

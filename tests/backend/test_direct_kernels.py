@@ -594,15 +594,14 @@ def test_reductions_over_strided_dimensions_are_bit_identical_to_the_cpu(reducti
     assert_same_as_cpu(REDUCTIONS[reduction], a, label=reduction)
 
 
-# Shapes whose tensors hold about kSmallKernelElements (32,768) elements in all, on either side: a sum, a mean or a
-# triangle that small runs on the calling thread with one intra-op thread (run_kernel), a larger one on the executor
-# with the caller's; the CPU splits the work of these loops between its threads only above that size.
-AROUND_THE_CALLERS_LIMIT = [(128, 255), (100, 300), (181, 181), (3, 7, 1500), (2, 16384), (16384, 2)]
+# Shapes whose tensors hold about 32,768 elements in all, on either side: the CPU splits the work of these loops
+# between its threads only above that size, and sim's launch computes with the caller's intra-op threads.
+AROUND_THE_CPUS_GRAIN = [(128, 255), (100, 300), (181, 181), (3, 7, 1500), (2, 16384), (16384, 2)]
 
 
-@pytest.mark.parametrize("shape", AROUND_THE_CALLERS_LIMIT, ids=lambda shape: "x".join(map(str, shape)))
+@pytest.mark.parametrize("shape", AROUND_THE_CPUS_GRAIN, ids=lambda shape: "x".join(map(str, shape)))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
-def test_sums_means_and_triangles_near_the_calling_threads_limit_are_bit_identical_to_the_cpu(shape, dtype):
+def test_sums_means_and_triangles_around_the_cpus_grain_are_bit_identical_to_the_cpu(shape, dtype):
     torch.sim.reset_direct_route_exits()
     x = operand(shape, dtype, 7)
     for dim in [None, *range(len(shape))]:

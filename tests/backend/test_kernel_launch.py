@@ -25,6 +25,41 @@ def test_a_computing_kernel_returns_before_the_device_ran_it():
     assert torch.equal(doubled.cpu(), torch.arange(1024, dtype=torch.float32) * 2), ".cpu() waits for it"
 
 
+# The direct kernels whose impl() is the CPU's own, run on host views of the device's memory (operators_direct.cpp,
+# DirectHostImpl): each call, and the CPU's computation of it.
+HOST_IMPL_CALLS = {
+    "mm": lambda a, b: torch.mm(a, b),
+    "addmm": lambda a, b: torch.addmm(b[0], a, b, beta=0.5),
+    "bmm": lambda a, b: torch.bmm(a.expand(2, 64, 64), b.expand(2, 64, 64)),
+    "_softmax": lambda a, b: torch.softmax(a, 1),
+    "_log_softmax": lambda a, b: torch.log_softmax(a, 0),
+    "sum.dim_IntList": lambda a, b: a.sum(1),
+    "mean.dim": lambda a, b: b.mean(0, keepdim=True),
+    "tril": lambda a, b: a.tril(1),
+    "triu": lambda a, b: b.triu(-1),
+}
+
+
+@pytest.mark.parametrize("operator", HOST_IMPL_CALLS)
+def test_a_direct_kernel_that_runs_the_cpus_impl_returns_before_the_device_ran_it(operator):
+    """A matrix product, softmax, sum or triangle is queued as the element-wise kernels are: the host goes on, and
+    the result is the CPU's once the device ran it."""
+    call = HOST_IMPL_CALLS[operator]
+    a, b = torch.randn(64, 64, generator=torch.Generator().manual_seed(1)), torch.randn(64, 64)
+    on_sim = a.to("sim"), b.to("sim")
+    call(*on_sim)  # the first launch of a dtype combination runs before its call returns (launch_direct)
+    torch.sim.reset_direct_route_exits()
+    sleep = torch.sim.device_sleep(LONG_MS)
+    launched = time.monotonic()
+    result = call(*on_sim)
+    pending = torch.sim.current_stream().query()
+    assert within(launched, LONG_MS), "the host itself stalled for half the sleep; the test proves nothing this time"
+    assert not pending, f"{operator} is queued behind the sleep"
+    sleep.wake()
+    assert torch.equal(result.cpu(), call(a, b)), f"{operator}: not the CPU's bits"
+    assert torch.sim.direct_route_exits() == {}, f"{operator} left its direct kernel"
+
+
 def test_the_host_runs_ahead_of_the_device():
     x = torch.ones(256, device="sim")
     total = torch.zeros(256, device="sim")

@@ -36,7 +36,7 @@ def test_every_operator_that_computes_on_sim_has_one_kernel_linked_to_it():
     assert mm.kernels[0].device == 0
 
 
-def test_key_averages_show_non_negative_sim_time_within_the_operators_host_time():
+def test_key_averages_show_non_negative_sim_time_for_each_operator():
     a, _ = matmul_and_relu()
     with profile(activities=SIM_ACTIVITIES) as prof:
         for _ in range(5):
@@ -44,18 +44,24 @@ def test_key_averages_show_non_negative_sim_time_within_the_operators_host_time(
     rows = {row.key: row for row in prof.key_averages()}
     mm = rows["aten::mm"]
     assert mm.count == 5
-    assert 0 < mm.device_time_total <= mm.cpu_time_total
+    assert mm.device_time_total > 0
     assert all(row.device_time_total >= 0 and row.cpu_time_total >= 0 for row in rows.values())
     assert "Self SIM" in prof.key_averages().table(sort_by="device_time_total", row_limit=5)
 
 
-def test_kernel_times_lie_inside_the_operator_that_launched_them():
+def test_a_queued_kernel_starts_after_its_operator_began_and_a_waited_for_one_ends_inside_it():
+    """`mm` returns once its kernel is queued, as on CUDA; `relu` (a kernel sim's host waits for) returns after it."""
     a, _ = matmul_and_relu()
     with profile(activities=SIM_ACTIVITIES) as prof:
-        a @ a
-    mm = next(event for event in prof.events() if event.name == "aten::mm")
-    kernel = next(event for event in sim_kernels(prof) if event.name == "sim::mm")
-    assert mm.time_range.start <= kernel.time_range.start <= kernel.time_range.end <= mm.time_range.end
+        torch.relu(a @ a)
+    spans = {}
+    for name in ("mm", "relu"):
+        operator = next(event for event in prof.events() if event.name == f"aten::{name}")
+        kernel = next(event for event in sim_kernels(prof) if event.name == f"sim::{name}")
+        assert operator.time_range.start <= kernel.time_range.start <= kernel.time_range.end, name
+        spans[name] = operator.time_range, kernel.time_range
+    relu, relus_kernel = spans["relu"]
+    assert relus_kernel.end <= relu.end
 
 
 def test_chrome_trace_shows_sim_work_on_a_track_of_its_own(tmp_path):
@@ -76,7 +82,7 @@ def test_chrome_trace_shows_sim_work_on_a_track_of_its_own(tmp_path):
                if event.get("ph") == "M" and event.get("name") == "thread_name"}
     assert threads[(kernel["pid"], kernel["tid"])] == "sim 0 stream 0"
     assert kernel["args"]["External id"] == operator["args"]["External id"]
-    assert operator["ts"] <= kernel["ts"] and kernel["ts"] + kernel["dur"] <= operator["ts"] + operator["dur"]
+    assert operator["ts"] <= kernel["ts"], "a kernel starts after the operator that launched it began"
 
 
 def test_kernels_on_another_device_and_stream_get_their_own_trace_rows(tmp_path):

@@ -534,7 +534,8 @@ struct DirectInPlace {
 
 // A structured kernel whose impl() takes another path on the CPU than on other devices (`mean` sums
 // and divides on the CPU only; `sum` accumulates half precision in a float buffer on the CPU only), or
-// is the CPU's own impl() (`structured_mm_out_cpu`, which calls the host's BLAS or oneDNN on CPU tensors): meta() runs on the sim tensors, impl() on their host views.
+// is the CPU's own impl() (`structured_mm_out_cpu`, which calls the host's BLAS or oneDNN on CPU tensors): meta() runs at
+// the call on the launch's handles, impl() on the device on their host views.
 template <class T>
 bool agrees(const T&, std::optional<c10::Device>&) {
   return true;
@@ -557,15 +558,14 @@ struct DirectHostImpl {
   static at::Tensor call(Args... args) {
     if (any_capture() || !on_one_sim_device(args...) || !(plain(args) && ...))
       return on_host_route(*registered, args...);
-    // impl() is the CPU's, which calls operators of its own: it runs before the call returns, so that they
-    // happen inside this one (the launch waits).
-    Functional<Kernel, true> kernel(std::tuple<>{});
-    kernel.meta(args...);
-    std::optional<int64_t> serial_elements;
-    if (registered->serial_when_small) serial_elements = (elements(args) + ... + elements(kernel.output));
-    run_kernel(kernel.output.device(), registered->kernel_name, [&] { kernel.impl_on_device(args...); }, true,
-               serial_elements);
-    return std::move(kernel.output);
+    // impl() is the CPU's, which may call operators of its own on the host views: the launch carries the caller's
+    // thread-local state, so that they run on the executor as they would have run at the call.
+    LaunchStorages storages;
+    auto launch = std::make_unique<StructuredLaunch<Functional<Kernel, true>, Args...>>(args...);
+    launch->meta();
+    at::Tensor output = std::move(launch->kernel.output);  // the caller's: the launch computes into its handle only
+    launch_direct(*registered, output.device(), operand_kinds(args...), std::move(launch));
+    return output;
   }
 };
 
@@ -674,9 +674,8 @@ Registered registration(const char* name, std::atomic<int64_t>& route_exits) {
 }
 
 template <class Direct>
-void install(torch::Library& m, const char* name, bool serial_when_small = false) {
+void install(torch::Library& m, const char* name) {
   Direct::registered = registration(name, g_route_exits.emplace_back(0));
-  Direct::registered->serial_when_small |= serial_when_small;
   m.impl(name, TORCH_FN(Direct::call));
   g_direct_operators.emplace_back(name);
 }
@@ -763,20 +762,17 @@ std::vector<std::string> install_direct_kernels() {
   in_place<native::structured_clamp_min_out, Scalar>(m, "clamp_min_");
   install<DirectNative<&native::relu, at::Tensor, Tensor>>(m, "relu");
   install<DirectNative<&native::relu_, at::Tensor&, at::Tensor&>>(m, "relu_");
-  // Sums, means and triangles split their work between threads only above the CPU's grain, as pointwise operators do;
-  // matrix products and softmaxes may not (their bits can differ with the number of threads at any size).
-  constexpr bool serial_when_small = true;
   install<DirectHostImpl<native::structured_sum_out, Tensor, at::OptionalIntArrayRef, bool,
-                         std::optional<c10::ScalarType>>>(m, "sum.dim_IntList", serial_when_small);
-  install<DirectHostImpl<native::structured_tril_cpu, Tensor, int64_t>>(m, "tril", serial_when_small);
-  install<DirectHostImpl<native::structured_triu_cpu, Tensor, int64_t>>(m, "triu", serial_when_small);
+                         std::optional<c10::ScalarType>>>(m, "sum.dim_IntList");
+  install<DirectHostImpl<native::structured_tril_cpu, Tensor, int64_t>>(m, "tril");
+  install<DirectHostImpl<native::structured_triu_cpu, Tensor, int64_t>>(m, "triu");
   install<DirectHostImpl<native::structured_mm_out_cpu, Tensor, Tensor>>(m, "mm");
   install<DirectHostImpl<native::structured_bmm_out_cpu, Tensor, Tensor>>(m, "bmm");
   install<DirectHostImpl<native::structured_addmm_out_cpu, Tensor, Tensor, Tensor, Scalar, Scalar>>(m, "addmm");
   install<DirectHostImpl<native::structured_softmax_cpu_out, Tensor, int64_t, bool>>(m, "_softmax");
   install<DirectHostImpl<native::structured_log_softmax_cpu_out, Tensor, int64_t, bool>>(m, "_log_softmax");
   install<DirectHostImpl<native::structured_mean_out, Tensor, at::OptionalIntArrayRef, bool,
-                         std::optional<c10::ScalarType>>>(m, "mean.dim", serial_when_small);
+                         std::optional<c10::ScalarType>>>(m, "mean.dim");
   install<DirectNative<static_cast<at::Tensor& (*)(at::Tensor&, Scalar)>(&native::fill_), at::Tensor&, at::Tensor&,
                        Scalar>>(m, "fill_.Scalar");
   constexpr at::Tensor (*where_of_tensors)(Tensor, Tensor, Tensor) = &native::where;

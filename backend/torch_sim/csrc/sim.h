@@ -125,7 +125,7 @@ bool on_device();
 // Runs `body` as a kernel on the current stream of `device`, after the work queued there, and returns once it
 // ran, rethrowing what it threw. `name` names it in errors and, when `timed`, in the profiler's trace. Called
 // from a kernel, it runs `body` at once. `serial_elements`, for a kernel whose host loops split their work between
-// threads only above kSmallKernelElements (pointwise kernels; sums, means and triangles), is the elements of all its
+// threads only above kSmallKernelElements (pointwise kernels), is the elements of all its
 // tensors: a small one runs on the calling thread.
 void run_kernel(c10::Device device, const std::string& name, c10::function_ref<void()> body, bool timed = true,
                 std::optional<int64_t> serial_elements = std::nullopt);

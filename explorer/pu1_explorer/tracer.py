@@ -115,9 +115,10 @@ class Trace:
         return {"traceEvents": events, "displayTimeUnit": "ns"}
 
     def to_text(self, show_skipped: bool = True) -> str:
-        """An indented tree: one line per hop, children indented under the hop that called them."""
+        """An indented tree: one line per hop, children indented under the hop that called them, even a call that a
+        backend's own thread made after the hop that launched its kernel had returned."""
         lines = []
-        for hop in self.hops:
+        for hop in self._depth_first():
             if hop.skipped and not show_skipped:
                 continue
             shapes = ", ".join(f"{list(t.shape)}:{t.dtype.removeprefix('torch.')}@{t.device}" for t in hop.inputs)
@@ -126,6 +127,20 @@ class Trace:
             lines.append(f"{'  ' * hop.depth}{hop.operator} @ {hop.key} ({hop.kind}, {timing}){marker}"
                          + (f"  {shapes}" if shapes and not hop.skipped else ""))
         return "\n".join(lines)
+
+    def _depth_first(self) -> list[Hop]:
+        """The hops with each one's children right after it, each level in the order the hops began."""
+        known = {hop.index for hop in self.hops}
+        children: dict[int | None, list[Hop]] = {}
+        for hop in self.hops:
+            children.setdefault(hop.parent if hop.parent in known else None, []).append(hop)
+        ordered: list[Hop] = []
+        pending = list(reversed(children.get(None, [])))
+        while pending:
+            hop = pending.pop()
+            ordered.append(hop)
+            pending.extend(reversed(children.get(hop.index, [])))
+        return ordered
 
     def operators(self) -> list[str]:
         """The operators called at the top level (depth 0), in order."""

@@ -1,6 +1,7 @@
 """The tracer: hops in order, nesting, skipped fallthroughs, faithfulness and table restoration."""
 import json
 import sys
+import threading
 import warnings
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from pu1_explorer import tracer as tracer_module
 from pu1_explorer.boxed import native_helper
 from pu1_explorer.dispatch_tables import FALLTHROUGH, MISSING, entry_from_dump
 from pu1_explorer.tracer import trace_from_json
+from tests.backend.device_sleeps import LONG_MS
 from tests.explorer.trace_checks import all_tables, disagreements
 
 
@@ -46,6 +48,43 @@ def test_nesting_follows_the_calls():
     assert {"aten::t", "aten::matmul"} <= children  # no bias: linear decomposes into t and matmul
     for hop in recorded.hops[1:]:
         assert hop.parent is not None and recorded.hops[hop.parent].depth == hop.depth - 1
+
+
+def test_calls_of_a_queued_kernel_nest_under_the_hop_that_launched_it_however_late_they_run():
+    """sim's matrix product returns before its kernel ran. The kernel runs the CPU's impl() on the driver's executor,
+    which calls operators of its own there: here while the host is already inside the next operator, the copy back,
+    waiting for the device. Those calls are the product's, and the tree shows them under it."""
+    a = torch.randn(8, 8, device="sim")
+    b = torch.randn(8, 8, device="sim")
+    x = torch.ones(4, device="sim")
+    torch.mm(a, b)  # the first launch of a dtype combination runs before its call returns
+    torch.sim.synchronize()
+    sleep = torch.sim.device_sleep(LONG_MS)
+    waker = threading.Timer(1.0, sleep.wake)
+    with trace("sim") as recorded:
+        waker.start()
+        torch.mm(a, b)
+        x.cpu()
+    waker.join()
+    product = next(hop for hop in hops_of(recorded, "aten::mm") if hop.key == "PrivateUse1" and not hop.skipped)
+    copy_back = next(hop for hop in recorded.hops if hop.depth == 0 and hop.operator != "aten::mm")
+    launched = recorded.children(product.index)
+    assert launched, "the product's kernel called no operator on the device"
+    for hop in launched:
+        assert hop.start_ns > product.start_ns + product.duration_ns, f"{hop.operator} ran before the product returned"
+        assert copy_back.start_ns < hop.start_ns < copy_back.start_ns + copy_back.duration_ns, \
+            f"{hop.operator} ran outside the copy back's wait: the test did not make the race it is about"
+        assert hop.depth == product.depth + 1
+    lines = recorded.to_text(show_skipped=False).splitlines()
+    indent = {line: len(line) - len(line.lstrip()) for line in lines}
+    first = next(i for i, line in enumerate(lines) if line.lstrip().startswith("aten::mm @ PrivateUse1"))
+    below = []
+    for line in lines[first + 1:]:
+        if indent[line] <= indent[lines[first]]:
+            break
+        if indent[line] == indent[lines[first]] + 2:
+            below.append(line.split(" @ ")[0].strip())
+    assert below == [hop.operator for hop in launched if not hop.skipped], "the tree does not list the kernel's calls under the product"
 
 
 def test_fallthrough_keys_are_marked_skipped():

@@ -6,6 +6,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/Exception.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/function.h>
@@ -16,6 +17,7 @@
 #include <deque>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <tuple>
 #include <unordered_map>
@@ -137,6 +139,21 @@ struct Frame {
 thread_local std::vector<Frame> frames;
 
 std::atomic<Session*> active_session{nullptr};
+
+// The tracer's slot in PyTorch's thread-local debug information: the innermost hop open on a thread. PyTorch carries
+// that information with the rest of a thread's state (at::ThreadLocalState) wherever work moves to another thread,
+// among them a backend's kernels queued to threads of its own, so a call made there names the hop that launched it.
+constexpr std::string_view kOpenHopName = "pu1_explorer.tracer.open_hop";
+const c10::DebugInfoKind kOpenHop(&kOpenHopName);
+
+struct OpenHopInfo final : c10::DebugInfoBase {
+  OpenHopInfo(uint64_t session, const Frame& frame, bool backward) : session(session), frame(frame), backward(backward) {}
+  uint64_t session;  // the serial number of the session that recorded the hop
+  Frame frame;
+  bool backward;
+};
+
+std::atomic<uint64_t> next_session_serial{1};
 
 class QuietWarnings final : public c10::WarningHandler {
  public:
@@ -370,19 +387,27 @@ class Session {
     }
     const Frame* parent = (!frames.empty() && frames.back().session == this) ? &frames.back() : nullptr;
     bool backward = torch::autograd::get_current_node() != nullptr;
-    // A call on a thread with no hop open came from the thread that started it, if it came from a hop of
-    // another thread still open: a backend whose kernels run on threads of its own (a driver's executor)
-    // makes its kernels' calls there while the hop that launched them waits. The newest open hop of
-    // another thread is taken as that launcher.
+    // A call on a thread with no hop open comes from a kernel that a backend runs on a thread of its own (a
+    // driver's executor). Its launcher is the hop that the launching thread's state names, when the backend
+    // carries that state with the kernel (at::ThreadLocalState, as PyTorch's own threads do); the launch may
+    // have returned and that hop ended. A backend that does not carry it is taken to wait for its kernel: the
+    // newest open hop of another thread is then the launcher.
     Frame launcher;
     if (parent == nullptr && !backward) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      for (auto open = open_.rbegin(); open != open_.rend(); ++open) {
-        if (open->thread == std::this_thread::get_id()) continue;
-        launcher = open->frame;
+      const auto* launched_by = dynamic_cast<const OpenHopInfo*>(c10::ThreadLocalDebugInfo::get(kOpenHop));
+      if (launched_by != nullptr && launched_by->session == serial_) {
+        launcher = launched_by->frame;
         parent = &launcher;
-        backward = open->backward;
-        break;
+        backward = launched_by->backward;
+      } else {
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (auto open = open_.rbegin(); open != open_.rend(); ++open) {
+          if (open->thread == std::this_thread::get_id()) continue;
+          launcher = open->frame;
+          parent = &launcher;
+          backward = open->backward;
+          break;
+        }
       }
     }
     size_t arguments = op.schema().arguments().size();
@@ -436,8 +461,10 @@ class Session {
       record->start_ns = now_ns();
       open_.push_back({Frame{this, index, site.operator_id, keyset_id, depth}, std::this_thread::get_id(), backward});
     }
-    frames.push_back(Frame{this, index, site.operator_id, keyset_id, depth});
+    Frame frame{this, index, site.operator_id, keyset_id, depth};
+    frames.push_back(frame);
     try {
+      c10::DebugInfoGuard open_hop(kOpenHop, std::make_shared<OpenHopInfo>(serial_, frame, backward));
       site.original->callBoxed(op, keyset, stack);
     } catch (...) {
       std::string error = describe_current_exception();
@@ -472,6 +499,7 @@ class Session {
     bool backward;
   };
   std::vector<OpenHop> open_;  // the hops that began and have not ended, in the order they began
+  const uint64_t serial_ = next_session_serial.fetch_add(1);
 
   std::vector<Site> sites_;
   std::vector<std::string> operator_names_;

@@ -14,6 +14,14 @@ What to wrap, and how each wrapped kernel was computed, is read from the dispatc
 computed table dumps taken just before the trace starts (`WrapPlan`). Fallthrough keys
 cannot be wrapped (a kernel there would change what runs), so they are reported from
 those dumps as skipped hops.
+
+Hops on other threads are recorded too: autograd's device threads run the backward hops,
+and a backend may run its kernels on threads of its own (a driver's executor), where
+those kernels may call operators. When the backend carries the launching thread's state
+with the kernel (`at::ThreadLocalState`, as PyTorch does when it hands work to a thread),
+those calls nest under the hop that launched the kernel, however late they run; when it
+does not, the newest hop open on another thread is taken as the launcher, which is right
+while the launcher waits for its kernel.
 """
 from __future__ import annotations
 

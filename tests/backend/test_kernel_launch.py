@@ -60,6 +60,27 @@ def test_a_direct_kernel_that_runs_the_cpus_impl_returns_before_the_device_ran_i
     assert torch.sim.direct_route_exits() == {}, f"{operator} left its direct kernel"
 
 
+@pytest.mark.parametrize("operator", ["relu", "relu_"])
+def test_relu_is_clamp_min_and_returns_before_the_device_ran_it(operator):
+    """relu is clamp_min(self, 0) on every device: sim runs that at the call, and clamp_min's kernel is queued."""
+    a = torch.randn(64, 64, generator=torch.Generator().manual_seed(2))
+    call = (lambda x: x.relu()) if operator == "relu" else (lambda x: x.relu_())
+    on_sim = a.to("sim")
+    call(on_sim.clone())  # the first launch of a dtype combination runs before its call returns (launch_direct)
+    argument = on_sim.clone()
+    torch.sim.synchronize()
+    torch.sim.reset_direct_route_exits()
+    sleep = torch.sim.device_sleep(LONG_MS)
+    launched = time.monotonic()
+    result = call(argument)
+    pending = torch.sim.current_stream().query()
+    assert within(launched, LONG_MS), "the host itself stalled for half the sleep; the test proves nothing this time"
+    assert not pending, f"{operator} is queued behind the sleep"
+    sleep.wake()
+    assert torch.equal(result.cpu(), call(a.clone())), f"{operator}: not the CPU's bits"
+    assert torch.sim.direct_route_exits() == {}, f"{operator} left its direct kernel"
+
+
 def test_the_host_runs_ahead_of_the_device():
     x = torch.ones(256, device="sim")
     total = torch.zeros(256, device="sim")

@@ -619,6 +619,26 @@ struct DirectNative {
   }
 };
 
+// A native function whose body only checks its arguments and calls other operators (`relu` is `clamp_min(self, 0)`, on
+// every device): it runs at the call, on the calling thread, and the kernels of the operators it calls are launched, and
+// queued, as theirs are.
+template <auto function, class Result, class... Args>
+struct DirectComposite {
+  static inline std::optional<Registered> registered;
+
+  static Result call(Args... args) {
+    if (any_capture() || !(on_sim(args) && ...)) {
+      if constexpr (std::is_reference_v<Result>) {
+        on_host_route(*registered, args...);
+        return std::get<0>(std::forward_as_tuple(args...));
+      } else {
+        return on_host_route(*registered, args...);
+      }
+    }
+    return function(args...);
+  }
+};
+
 // torch._assert_async: the host's check runs on the device, and its failure is the device's, raised by the
 // next synchronising call, as CUDA's device-side assertions are.
 void check_on_device(const at::Tensor& condition, const std::optional<std::string>& message) {
@@ -760,8 +780,8 @@ std::vector<std::string> install_direct_kernels() {
   scalar_overload<native::structured_gt_Tensor_out>(m, "gt.Scalar");
   scalar_overload<native::structured_ge_Tensor_out>(m, "ge.Scalar");
   in_place<native::structured_clamp_min_out, Scalar>(m, "clamp_min_");
-  install<DirectNative<&native::relu, at::Tensor, Tensor>>(m, "relu");
-  install<DirectNative<&native::relu_, at::Tensor&, at::Tensor&>>(m, "relu_");
+  install<DirectComposite<&native::relu, at::Tensor, Tensor>>(m, "relu");
+  install<DirectComposite<&native::relu_, at::Tensor&, at::Tensor&>>(m, "relu_");
   install<DirectHostImpl<native::structured_sum_out, Tensor, at::OptionalIntArrayRef, bool,
                          std::optional<c10::ScalarType>>>(m, "sum.dim_IntList");
   install<DirectHostImpl<native::structured_tril_cpu, Tensor, int64_t>>(m, "tril");

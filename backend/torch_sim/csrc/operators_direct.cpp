@@ -621,20 +621,11 @@ struct DirectNative {
 
 // A native function whose body only checks its arguments and calls other operators (`relu` is `clamp_min(self, 0)`, on
 // every device): it runs at the call, on the calling thread, and the kernels of the operators it calls are launched, and
-// queued, as theirs are.
+// queued, as theirs are. Other calls take DirectNative's host route.
 template <auto function, class Result, class... Args>
-struct DirectComposite {
-  static inline std::optional<Registered> registered;
-
+struct DirectComposite : DirectNative<function, Result, Args...> {
   static Result call(Args... args) {
-    if (any_capture() || !(on_sim(args) && ...)) {
-      if constexpr (std::is_reference_v<Result>) {
-        on_host_route(*registered, args...);
-        return std::get<0>(std::forward_as_tuple(args...));
-      } else {
-        return on_host_route(*registered, args...);
-      }
-    }
+    if (any_capture() || !(on_sim(args) && ...)) return DirectNative<function, Result, Args...>::call(args...);
     return function(args...);
   }
 };

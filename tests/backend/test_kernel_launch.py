@@ -40,6 +40,20 @@ HOST_IMPL_CALLS = {
 }
 
 
+def returned_while_the_device_slept(operator: str, launch):
+    """Calls `launch` behind a device sleep and asserts that it returned with its work still queued; then wakes the
+    device and returns what `launch` returned. The direct route's exits are counted from before the call."""
+    torch.sim.reset_direct_route_exits()
+    sleep = torch.sim.device_sleep(LONG_MS)
+    launched = time.monotonic()
+    result = launch()
+    pending = torch.sim.current_stream().query()
+    assert within(launched, LONG_MS), "the host itself stalled for half the sleep; the test proves nothing this time"
+    assert not pending, f"{operator} is queued behind the sleep"
+    sleep.wake()
+    return result
+
+
 @pytest.mark.parametrize("operator", HOST_IMPL_CALLS)
 def test_a_direct_kernel_that_runs_the_cpus_impl_returns_before_the_device_ran_it(operator):
     """A matrix product, softmax, sum or triangle is queued as the element-wise kernels are: the host goes on, and
@@ -48,14 +62,7 @@ def test_a_direct_kernel_that_runs_the_cpus_impl_returns_before_the_device_ran_i
     a, b = torch.randn(64, 64, generator=torch.Generator().manual_seed(1)), torch.randn(64, 64)
     on_sim = a.to("sim"), b.to("sim")
     call(*on_sim)  # the first launch of a dtype combination runs before its call returns (launch_direct)
-    torch.sim.reset_direct_route_exits()
-    sleep = torch.sim.device_sleep(LONG_MS)
-    launched = time.monotonic()
-    result = call(*on_sim)
-    pending = torch.sim.current_stream().query()
-    assert within(launched, LONG_MS), "the host itself stalled for half the sleep; the test proves nothing this time"
-    assert not pending, f"{operator} is queued behind the sleep"
-    sleep.wake()
+    result = returned_while_the_device_slept(operator, lambda: call(*on_sim))
     assert torch.equal(result.cpu(), call(a, b)), f"{operator}: not the CPU's bits"
     assert torch.sim.direct_route_exits() == {}, f"{operator} left its direct kernel"
 
@@ -69,14 +76,7 @@ def test_relu_is_clamp_min_and_returns_before_the_device_ran_it(operator):
     call(on_sim.clone())  # the first launch of a dtype combination runs before its call returns (launch_direct)
     argument = on_sim.clone()
     torch.sim.synchronize()
-    torch.sim.reset_direct_route_exits()
-    sleep = torch.sim.device_sleep(LONG_MS)
-    launched = time.monotonic()
-    result = call(argument)
-    pending = torch.sim.current_stream().query()
-    assert within(launched, LONG_MS), "the host itself stalled for half the sleep; the test proves nothing this time"
-    assert not pending, f"{operator} is queued behind the sleep"
-    sleep.wake()
+    result = returned_while_the_device_slept(operator, lambda: call(argument))
     assert torch.equal(result.cpu(), call(a.clone())), f"{operator}: not the CPU's bits"
     assert torch.sim.direct_route_exits() == {}, f"{operator} left its direct kernel"
 

@@ -84,7 +84,8 @@ def test_calls_of_a_queued_kernel_nest_under_the_hop_that_launched_it_however_la
             break
         if indent[line] == indent[lines[first]] + 2:
             below.append(line.split(" @ ")[0].strip())
-    assert below == [hop.operator for hop in launched if not hop.skipped], "the tree does not list the kernel's calls under the product"
+    assert below == [hop.operator for hop in launched if not hop.skipped], \
+        "the tree does not list the kernel's calls under the product"
 
 
 def test_fallthrough_keys_are_marked_skipped():

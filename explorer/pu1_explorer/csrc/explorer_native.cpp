@@ -445,23 +445,23 @@ class Session {
     }
     Record* record;
     int32_t index;
-    int32_t keyset_id;
     int32_t depth = parent != nullptr ? parent->depth + 1 : 0;
+    Frame frame;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       index = static_cast<int32_t>(records_.size());
       records_.emplace_back();
       record = &records_.back();  // a deque keeps element addresses stable as it grows
       record->site = site_index;
-      keyset_id = record->keyset = continuing ? parent->keyset : intern(keys);
+      record->keyset = continuing ? parent->keyset : intern(keys);
       record->parent = parent != nullptr ? parent->record : -1;
       record->depth = depth;
       record->backward = backward;
       record->inputs = std::move(inputs);
       record->start_ns = now_ns();
-      open_.push_back({Frame{this, index, site.operator_id, keyset_id, depth}, std::this_thread::get_id(), backward});
+      frame = Frame{this, index, site.operator_id, record->keyset, depth};
+      open_.push_back({frame, std::this_thread::get_id(), backward});
     }
-    Frame frame{this, index, site.operator_id, keyset_id, depth};
     frames.push_back(frame);
     try {
       c10::DebugInfoGuard open_hop(kOpenHop, std::make_shared<OpenHopInfo>(serial_, frame, backward));

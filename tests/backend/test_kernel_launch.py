@@ -37,6 +37,11 @@ HOST_IMPL_CALLS = {
     "mean.dim": lambda a, b: b.mean(0, keepdim=True),
     "tril": lambda a, b: a.tril(1),
     "triu": lambda a, b: b.triu(-1),
+    "gelu": lambda a, b: torch.nn.functional.gelu(a, approximate="tanh"),
+    "gelu_backward": lambda a, b: torch.ops.aten.gelu_backward(a, b),
+    "_softmax_backward_data": lambda a, b: torch.ops.aten._softmax_backward_data(a, b.softmax(1), 1, a.dtype),
+    "_log_softmax_backward_data": lambda a, b: torch.ops.aten._log_softmax_backward_data(a, b.log_softmax(0), 0,
+                                                                                         a.dtype),
 }
 
 
@@ -79,6 +84,49 @@ def test_relu_is_clamp_min_and_returns_before_the_device_ran_it(operator):
     result = returned_while_the_device_slept(operator, lambda: call(argument))
     assert torch.equal(result.cpu(), call(a.clone())), f"{operator}: not the CPU's bits"
     assert torch.sim.direct_route_exits() == {}, f"{operator} left its direct kernel"
+
+
+# Kernels that copy or fill: each call on sim tensors, and the same call on the CPU's (operators_direct.cpp: DirectClone,
+# DirectFill, and zero_, which is fill_(0) on every device).
+COPY_AND_FILL_CALLS = {
+    "clone": lambda a: a.clone(),
+    "clone of a transposed view": lambda a: a.t().clone(),
+    "clone into channels-last": lambda a: a.view(1, 4, 32, 32).clone(memory_format=torch.channels_last),
+    "fill_": lambda a: a.fill_(-1.5),
+    "zero_": lambda a: a.zero_(),
+}
+
+
+@pytest.mark.parametrize("operator", COPY_AND_FILL_CALLS)
+def test_clone_fill_and_zero_return_before_the_device_ran_them(operator):
+    call = COPY_AND_FILL_CALLS[operator]
+    a = torch.randn(64, 64, generator=torch.Generator().manual_seed(3))
+    on_sim = a.to("sim")
+    call(on_sim.clone())  # the first launch of a dtype combination runs before its call returns (launch_direct)
+    argument = on_sim.clone()
+    torch.sim.synchronize()
+    result = returned_while_the_device_slept(operator, lambda: call(argument))
+    expected = call(a.clone())
+    assert torch.equal(result.cpu(), expected) and result.stride() == expected.stride(), f"{operator}: not the CPU's"
+    assert torch.sim.direct_route_exits() == {}, f"{operator} left its direct kernel"
+
+
+def test_a_fill_with_a_number_the_dtype_cannot_hold_raises_at_the_call_as_on_the_cpu():
+    """The conversion is the one way a fill fails; it runs at the call, as the CPU's and CUDA's do, so the error is
+    raised there and not at a later synchronising call."""
+    on_sim, on_cpu = torch.zeros(3, dtype=torch.int8, device="sim"), torch.zeros(3, dtype=torch.int8)
+    on_sim.fill_(1)  # the first launch of a dtype combination runs before its call returns (launch_direct)
+    with pytest.raises(RuntimeError) as cpu_error:
+        on_cpu.fill_(300)
+    sleep = torch.sim.device_sleep(LONG_MS)
+    try:
+        with pytest.raises(RuntimeError) as sim_error:
+            on_sim.fill_(300)
+    finally:
+        sleep.wake()
+    assert str(sim_error.value).splitlines()[0] == str(cpu_error.value).splitlines()[0]
+    torch.sim.synchronize()
+    assert torch.equal(on_sim.cpu(), torch.ones(3, dtype=torch.int8)), "the refused fill wrote nothing"
 
 
 def test_the_host_runs_ahead_of_the_device():

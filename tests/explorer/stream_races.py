@@ -23,6 +23,7 @@ def read_while_another_stream_writes(device: str, fixed: bool) -> float:
     x = torch.zeros(SIZE, device=device)
     x * 1  # the device's first float multiply: later ones are queued without waiting
     writer.wait_stream(module.current_stream())
+    reader.wait_stream(module.current_stream())  # x's zeros are written before the reader reads x: one race only
     with module.stream(writer):
         module.device_sleep(SLOW_MS)
         x.copy_(ones, non_blocking=True)

@@ -25,7 +25,10 @@
 #include <ATen/native/ReduceOps.h>
 #include <ATen/native/TensorCompare.h>
 #include <ATen/native/UnaryOps.h>
+#include <ATen/Dispatch_v2.h>
+#include <ATen/ops/_log_softmax_backward_data_native.h>
 #include <ATen/ops/_log_softmax_native.h>
+#include <ATen/ops/_softmax_backward_data_native.h>
 #include <ATen/ops/_softmax_native.h>
 #include <ATen/ops/add_native.h>
 #include <ATen/ops/addmm_native.h>
@@ -40,6 +43,8 @@
 #include <ATen/ops/exp_native.h>
 #include <ATen/ops/fill_native.h>
 #include <ATen/ops/ge_native.h>
+#include <ATen/ops/gelu_backward_native.h>
+#include <ATen/ops/gelu_native.h>
 #include <ATen/ops/gt_native.h>
 #include <ATen/ops/le_native.h>
 #include <ATen/ops/log_native.h>
@@ -58,6 +63,7 @@
 #include <ATen/ops/sin_native.h>
 #include <ATen/ops/sqrt_native.h>
 #include <ATen/ops/sub_native.h>
+#include <ATen/ops/zero_native.h>
 #include <ATen/ops/sum_native.h>
 #include <ATen/ops/tanh_backward_native.h>
 #include <ATen/ops/tanh_native.h>
@@ -409,6 +415,7 @@ T held(const T& value) {
 }
 at::Tensor held(const at::Tensor& t) { return kernel_handle(t); }
 std::vector<int64_t> held(c10::IntArrayRef list) { return list.vec(); }
+std::string held(c10::string_view text) { return std::string(text); }
 std::optional<std::vector<int64_t>> held(at::OptionalIntArrayRef list) {
   return list ? std::optional<std::vector<int64_t>>(list->vec()) : std::nullopt;
 }
@@ -420,6 +427,8 @@ const T& used(const T& value) {
 at::OptionalIntArrayRef used(const std::optional<std::vector<int64_t>>& list) {
   return list ? at::OptionalIntArrayRef(c10::IntArrayRef(*list)) : at::OptionalIntArrayRef();
 }
+
+c10::string_view used(const std::string& text) { return text; }
 
 template <class T>
 using Held = decltype(held(std::declval<const T&>()));
@@ -569,6 +578,41 @@ struct DirectHostImpl {
   }
 };
 
+// gelu and its gradient. Their impl() reads the name of the approximation, which the call checks first, so that a
+// wrong name is refused there, as on the CPU, and not by the device later. The CPU's impl() takes oneDNN for a
+// contiguous float input, and oneDNN refuses a gradient and an input of two shapes: such calls take the boxed route,
+// which raises that refusal at the call, as the CPU does (autograd's calls have one shape).
+struct DirectGelu : DirectHostImpl<at::native::structured_gelu_out_cpu, const at::Tensor&, c10::string_view> {
+  static at::Tensor call(const at::Tensor& self, c10::string_view approximate) {
+    at::native::get_gelutype_enum(approximate);
+    return DirectHostImpl::call(self, approximate);
+  }
+};
+
+struct DirectGeluBackward
+    : DirectHostImpl<at::native::structured_gelu_backward_out_cpu, const at::Tensor&, const at::Tensor&,
+                     c10::string_view> {
+  static at::Tensor call(const at::Tensor& grad, const at::Tensor& self, c10::string_view approximate) {
+    at::native::get_gelutype_enum(approximate);
+    if (grad.sizes() != self.sizes()) return on_host_route(*registered, grad, self, approximate);
+    return DirectHostImpl::call(grad, self, approximate);
+  }
+};
+
+// The gradient of softmax or log_softmax, from the forward's output. The CPU's meta() never compares the two shapes,
+// and its loop reads as many elements of the output as the gradient has: sim refuses a call whose shapes differ,
+// which would read past the output's memory.
+template <class Kernel>
+struct DirectSoftmaxBackward
+    : DirectHostImpl<Kernel, const at::Tensor&, const at::Tensor&, int64_t, c10::ScalarType> {
+  static at::Tensor call(const at::Tensor& grad, const at::Tensor& output, int64_t dim, c10::ScalarType input_dtype) {
+    TORCH_CHECK(grad.sizes() == output.sizes(), DirectSoftmaxBackward::registered->op.operator_name().name,
+                " needs the gradient (sizes ", grad.sizes(), ") and the forward's output (sizes ", output.sizes(),
+                ") of one shape; pass the output that the forward returned for this gradient");
+    return DirectSoftmaxBackward::DirectHostImpl::call(grad, output, dim, input_dtype);
+  }
+};
+
 // A native function that is not structured but device-generic (`where`), called as it is.
 template <auto function, class Result, class... Args>
 struct DirectNative {
@@ -627,6 +671,47 @@ struct DirectComposite : DirectNative<function, Result, Args...> {
   static Result call(Args... args) {
     if (any_capture() || !(on_sim(args) && ...)) return DirectNative<function, Result, Args...>::call(args...);
     return function(args...);
+  }
+};
+
+// fill_ with a number: the one way a fill fails is a number its tensor's dtype cannot hold, and the CPU and CUDA
+// both convert the number before their loop, so the conversion runs at the call and the fill is queued. Dtypes
+// other than the standard ones take DirectNative's route, whose kernel the host waits for.
+struct DirectFill : DirectNative<static_cast<at::Tensor& (*)(at::Tensor&, const c10::Scalar&)>(&at::native::fill_),
+                                 at::Tensor&, at::Tensor&, const c10::Scalar&> {
+  static at::Tensor& call(at::Tensor& self, const c10::Scalar& value) {
+    const auto type = self.scalar_type();
+    const bool standard = c10::isIntegralType(type, /*includeBool=*/true) || c10::isComplexType(type) ||
+                          type == c10::kFloat || type == c10::kDouble || type == c10::kHalf ||
+                          type == c10::kBFloat16;
+    if (any_capture() || !on_sim(self) || !plain(self) || !standard || c10::isBarebonesUnsignedType(type) ||
+        type == c10::kComplexHalf)
+      return DirectNative::call(self, value);
+    AT_DISPATCH_V2(type, "fill_", AT_WRAP([&] { (void)value.to<scalar_t>(); }), AT_EXPAND(AT_ALL_TYPES_AND_COMPLEX),
+                   c10::kHalf, c10::kBFloat16, c10::kBool);
+    launch_kernel(self.device(), registered->kernel_name,
+                  [handle = kernel_handle(self), value] () mutable { at::native::fill_(handle, value); },
+                  /*without_caller_state=*/true);
+    return self;
+  }
+};
+
+// clone: the result is allocated at the call as PyTorch's own clone allocates it (the source's strides where it is
+// dense, else those of the memory format), and the copy into it is a kernel, queued; the copy resolves a conjugate
+// or negative view's bit, as the CPU's does.
+struct DirectClone {
+  static inline std::optional<Registered> registered;
+  static at::Tensor call(const at::Tensor& self, std::optional<at::MemoryFormat> memory_format) {
+    if (any_capture() || !on_sim(self) || !plain(self)) return on_host_route(*registered, self, memory_format);
+    const auto format = memory_format.value_or(at::MemoryFormat::Preserve);
+    at::Tensor result = format == at::MemoryFormat::Preserve && self.is_non_overlapping_and_dense()
+                            ? at::empty_strided(self.sizes(), self.strides(), self.options())
+                            : at::empty_like(self, self.options(), format);
+    launch_kernel(self.device(), registered->kernel_name,
+                  [source = kernel_handle(self), target = kernel_handle(result)] {
+                    host_view(target).copy_(host_view(source));
+                  });
+    return result;
   }
 };
 
@@ -784,8 +869,13 @@ std::vector<std::string> install_direct_kernels() {
   install<DirectHostImpl<native::structured_log_softmax_cpu_out, Tensor, int64_t, bool>>(m, "_log_softmax");
   install<DirectHostImpl<native::structured_mean_out, Tensor, at::OptionalIntArrayRef, bool,
                          std::optional<c10::ScalarType>>>(m, "mean.dim");
-  install<DirectNative<static_cast<at::Tensor& (*)(at::Tensor&, Scalar)>(&native::fill_), at::Tensor&, at::Tensor&,
-                       Scalar>>(m, "fill_.Scalar");
+  install<DirectGelu>(m, "gelu");
+  install<DirectGeluBackward>(m, "gelu_backward");
+  install<DirectSoftmaxBackward<native::structured_softmax_backward_cpu_out>>(m, "_softmax_backward_data");
+  install<DirectSoftmaxBackward<native::structured_log_softmax_backward_cpu_out>>(m, "_log_softmax_backward_data");
+  install<DirectFill>(m, "fill_.Scalar");
+  install<DirectComposite<&native::zero_, at::Tensor&, at::Tensor&>>(m, "zero_");
+  install<DirectClone>(m, "clone");
   constexpr at::Tensor (*where_of_tensors)(Tensor, Tensor, Tensor) = &native::where;
   install<DirectNative<where_of_tensors, at::Tensor, Tensor, Tensor, Tensor>>(m, "where.self");
   install<DirectNative<&native::where_self_out, at::Tensor&, Tensor, Tensor, Tensor, at::Tensor&>>(

@@ -6,15 +6,20 @@ early and the host can prepare the next one while the device computes. Each row 
 backend_speed.py does, in this one process with PyTorch's defaults, then times CALLS calls in ROUNDS rounds: when the
 call returned (`issued`) and when `torch.accelerator.synchronize()` returned after it (`finished`). The medians of
 the round medians; `ahead` is the share of the call's time during which the host was free while the device worked.
+A second table profiles one training step of each model and lists the kernels the host waited for: those that ended
+before the operator that launched them returned (the operator's own kernel, in the profiler's link of the two).
 Run: `make benchmark` (or `python benchmarks/run_ahead.py` in the project's virtualenv).
 """
 from __future__ import annotations
 
 import statistics
 import time
+from collections import Counter
 from typing import Callable
 
 import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
 
 import backend_speed
 from timing import CALLS, ROUNDS, WARM_UP_CALLS
@@ -30,6 +35,30 @@ def issued_and_finished(work: Callable[[], object], calls: int) -> tuple[float, 
         torch.accelerator.synchronize()
         finished.append(time.perf_counter() - started)
     return statistics.median(issued), statistics.median(finished)
+
+
+def kernels_waited_for(step: Callable[[], object]) -> tuple[Counter[str], int]:
+    """The kernels of one profiled call of `step` that ended before their operator returned, by name, and how many
+    kernels the call launched."""
+    step()
+    torch.accelerator.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        step()
+        torch.accelerator.synchronize()
+    kernels = sorted((event for event in prof.events() if event.device_type == DeviceType.PrivateUse1),
+                     key=lambda event: event.time_range.start)
+    operators = sorted((event for event in prof.events() if event.device_type == DeviceType.CPU and event.kernels),
+                       key=lambda event: event.time_range.start)
+    waited: Counter[str] = Counter()
+    taken: set[int] = set()
+    for operator in operators:  # its kernel: the first of that name not yet taken that started after it began
+        for linked in operator.kernels:
+            kernel = next(event for event in kernels if event.name == linked.name and id(event) not in taken
+                          and event.time_range.start >= operator.time_range.start)
+            taken.add(id(kernel))
+            if kernel.time_range.end <= operator.time_range.end:
+                waited[kernel.name] += 1
+    return waited, len(kernels)
 
 
 def main() -> int:
@@ -50,6 +79,12 @@ def main() -> int:
         issued = statistics.median(round_[0] for round_ in rounds)
         finished = statistics.median(round_[1] for round_ in rounds)
         print(f"| {label} | {issued * 1e3:.3f} ms | {finished * 1e3:.3f} ms | {1 - issued / finished:.0%} |")
+    print("\n| one training step (SGD) | kernels | the host waited for | those kernels |")
+    print("| --- | ---: | ---: | --- |")
+    for model in ("mlp", "cnn", "transformer"):
+        waited, launched = kernels_waited_for(backend_speed.training_step(model, "sim"))
+        names = ", ".join(f"{name.removeprefix('sim::')} ×{count}" for name, count in sorted(waited.items()))
+        print(f"| {model} | {launched} | {sum(waited.values())} | {names or 'none'} |")
     return 0
 
 

@@ -15,6 +15,7 @@
 #include "graphs.h"
 #include "interface_trace.h"
 
+#include <ATen/Dispatch_v2.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/ScalarOps.h>
 #include <ATen/TensorIterator.h>
@@ -25,7 +26,6 @@
 #include <ATen/native/ReduceOps.h>
 #include <ATen/native/TensorCompare.h>
 #include <ATen/native/UnaryOps.h>
-#include <ATen/Dispatch_v2.h>
 #include <ATen/ops/_log_softmax_backward_data_native.h>
 #include <ATen/ops/_log_softmax_native.h>
 #include <ATen/ops/_softmax_backward_data_native.h>
@@ -63,10 +63,10 @@
 #include <ATen/ops/sin_native.h>
 #include <ATen/ops/sqrt_native.h>
 #include <ATen/ops/sub_native.h>
-#include <ATen/ops/zero_native.h>
 #include <ATen/ops/sum_native.h>
 #include <ATen/ops/tanh_backward_native.h>
 #include <ATen/ops/tanh_native.h>
+#include <ATen/ops/zero_native.h>
 #include <ATen/ops/threshold_backward_native.h>
 #include <ATen/ops/tril_native.h>
 #include <ATen/ops/triu_native.h>
@@ -680,15 +680,13 @@ struct DirectComposite : DirectNative<function, Result, Args...> {
 struct DirectFill : DirectNative<static_cast<at::Tensor& (*)(at::Tensor&, const c10::Scalar&)>(&at::native::fill_),
                                  at::Tensor&, at::Tensor&, const c10::Scalar&> {
   static at::Tensor& call(at::Tensor& self, const c10::Scalar& value) {
-    const auto type = self.scalar_type();
-    const bool standard = c10::isIntegralType(type, /*includeBool=*/true) || c10::isComplexType(type) ||
-                          type == c10::kFloat || type == c10::kDouble || type == c10::kHalf ||
-                          type == c10::kBFloat16;
-    if (any_capture() || !on_sim(self) || !plain(self) || !standard || c10::isBarebonesUnsignedType(type) ||
-        type == c10::kComplexHalf)
+    static const std::set<c10::ScalarType> standard = {
+        c10::kBool, c10::kByte, c10::kChar, c10::kShort, c10::kInt, c10::kLong, c10::kHalf, c10::kBFloat16,
+        c10::kFloat, c10::kDouble, c10::kComplexFloat, c10::kComplexDouble};
+    if (any_capture() || !on_sim(self) || !plain(self) || standard.count(self.scalar_type()) == 0)
       return DirectNative::call(self, value);
-    AT_DISPATCH_V2(type, "fill_", AT_WRAP([&] { (void)value.to<scalar_t>(); }), AT_EXPAND(AT_ALL_TYPES_AND_COMPLEX),
-                   c10::kHalf, c10::kBFloat16, c10::kBool);
+    AT_DISPATCH_V2(self.scalar_type(), "fill_", AT_WRAP([&] { (void)value.to<scalar_t>(); }),
+                   AT_EXPAND(AT_ALL_TYPES_AND_COMPLEX), c10::kHalf, c10::kBFloat16, c10::kBool);
     launch_kernel(self.device(), registered->kernel_name,
                   [handle = kernel_handle(self), value] () mutable { at::native::fill_(handle, value); },
                   /*without_caller_state=*/true);

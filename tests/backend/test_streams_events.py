@@ -203,6 +203,8 @@ def test_reading_on_another_stream_without_a_wait_races_and_with_the_wait_is_rig
     writer, reader = torch.sim.Stream(), torch.sim.Stream()
     x = torch.zeros(1024, device="sim")
     x * 1  # the first float32 multiply runs before its call returns (operators_direct.cpp: launch_direct); later ones do not
+    writer.wait_stream(torch.sim.current_stream())  # x's zeros are written before either stream touches x
+    reader.wait_stream(torch.sim.current_stream())
     launched = time.monotonic()
     with torch.sim.stream(writer):
         sleep = torch.sim.device_sleep(LONG_MS)

@@ -193,10 +193,8 @@ def compare_replay_with_eager(code: Callable[[], Any], device: str, warmup: int 
         for _ in range(warmup):
             code()
     side.synchronize()
-    with trace(device) as eager:  # until the device ran it: a queued kernel's own calls are the step's hops too
-        with side:
-            code()
-        side.synchronize()
+    with trace(device) as eager, side:
+        code()
     graph = torch.accelerator.Graph()
     graph.enable_debug_mode()
     with side:
@@ -204,7 +202,6 @@ def compare_replay_with_eager(code: Callable[[], Any], device: str, warmup: int 
             code()
     with trace(device) as replayed:
         graph.replay()
-        torch.accelerator.synchronize()
     try:
         captured = dump_graph(graph)
     except (GraphDumpError, RuntimeError):  # a backend that dumps another format still gets its trace compared

@@ -415,17 +415,33 @@ def trace(device: str | torch.device = "cpu") -> Iterator[Trace]:
 
     `device` selects the keys to wrap: "cpu" for CPU tensors, or the PrivateUse1
     backend's name ("sim", or any other backend) for its tensors. One trace at a time:
-    entering a second one while a trace is active raises RuntimeError.
+    entering a second one while a trace is active raises RuntimeError. A block that ends
+    normally ends its trace once the device ran what the block launched, so the operators
+    a queued kernel calls are in it, however late the kernel runs.
     """
-    tracer = Tracer(check_device(device))
+    device = check_device(device)
+    tracer = Tracer(device)
     tracer.install()
     try:
         yield tracer.trace
+        wait_for_device(device)
     except BaseException as error:
         tracer.trace.error = f"{type(error).__name__}: {error}"
         raise
     finally:
         tracer.uninstall()
+
+
+def wait_for_device(device: str) -> None:
+    """Wait until a PrivateUse1 device ran every kernel queued on it. A backend whose device guard cannot synchronize
+    has no queue to wait for: its kernels run before their operators return."""
+    if torch.device(device).type in ("cpu", "meta"):
+        return
+    try:
+        torch.accelerator.synchronize(torch.device(device))
+    except RuntimeError as error:
+        if "support synchronizing" not in str(error):
+            raise
 
 
 class TimeLimitExceeded(TimeoutError):

@@ -88,6 +88,25 @@ def test_calls_of_a_queued_kernel_nest_under_the_hop_that_launched_it_however_la
         "the tree does not list the kernel's calls under the product"
 
 
+def test_a_trace_ends_once_the_device_ran_what_its_block_launched():
+    """The block queues a product behind a device sleep and leaves before the device ran it; the product's kernel
+    calls its operators after that, and the trace still holds them."""
+    a = torch.randn(8, 8, device="sim")
+    b = torch.randn(8, 8, device="sim")
+    torch.mm(a, b)  # the first launch of a dtype combination runs before its call returns
+    torch.sim.synchronize()
+    sleep = torch.sim.device_sleep(LONG_MS)
+    waker = threading.Timer(0.5, sleep.wake)
+    with trace("sim") as recorded:
+        waker.start()
+        torch.mm(a, b)
+        left_the_block_while_the_device_slept = not torch.sim.current_stream().query()
+    waker.join()
+    assert left_the_block_while_the_device_slept, "the device ran the product before the block ended"
+    product = next(hop for hop in hops_of(recorded, "aten::mm") if hop.key == "PrivateUse1" and not hop.skipped)
+    assert recorded.children(product.index), "the trace ended before the product's kernel called its operators"
+
+
 def test_fallthrough_keys_are_marked_skipped():
     x = torch.randn(3, device="sim", requires_grad=True)
     with trace("sim") as recorded:

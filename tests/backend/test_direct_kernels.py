@@ -8,6 +8,7 @@ capture. The boxed route gives the same bits, so they also count the calls that 
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from dataclasses import dataclass
@@ -188,6 +189,57 @@ def softmax_backward_of(forward: Callable, backward: Callable) -> Callable:
     return run
 
 
+REDUCTION_NUMBERS = {"none": 0, "mean": 1, "sum": 2}  # as nll_loss's ATen operators take `reduction`
+
+
+def nll_loss_arguments(sample) -> tuple:
+    """An nll_loss sample as nll_loss_forward takes it: scores of one dimension or of (rows, classes); a sample of
+    nll_loss2d's form (rows, classes, d1, d2) becomes rows of classes."""
+    scores, target = sample.input, sample.args[0]
+    if scores.dim() > 2:
+        scores, target = scores.movedim(1, -1).reshape(-1, scores.shape[1]), target.reshape(-1)
+    kwargs = sample.kwargs
+    return (scores, target, kwargs.get("weight"), REDUCTION_NUMBERS[kwargs.get("reduction", "mean")],
+            kwargs.get("ignore_index", -100))
+
+
+def nll_loss_forward(op, sample, dtype) -> Run:
+    return aten.nll_loss_forward, nll_loss_arguments(sample), {}
+
+
+def nll_loss_backward(op, sample, dtype) -> Run:
+    """The gradient of an nll_loss sample's forward, computed on the CPU, with a gradient of its loss's shape."""
+    scores, target, weight, reduction, ignore_index = nll_loss_arguments(sample)
+    loss, total_weight = aten.nll_loss_forward(scores, target, weight, reduction, ignore_index)
+    gradient = make_tensor(loss.shape, dtype=dtype, device="cpu", low=-3, high=3)
+    return aten.nll_loss_backward, (gradient, scores, target, weight, reduction, ignore_index, total_weight), {}
+
+
+@functools.cache
+def pinned_classes(rows: int | None, classes: int) -> torch.Tensor:
+    """A class for each of `rows` rows (one class when None), in pinned host memory kept for the process: a graph
+    capture copies only from pinned memory, and each replay copies from it again."""
+    return (torch.arange(rows) % classes if rows is not None else torch.tensor(0)).pin_memory()
+
+
+def scores_and_classes(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`a` as nll_loss's scores (a 2-D view where it has more dimensions) and a class for each row, copied to a's
+    device (a copy records no kernel)."""
+    scores = a.flatten(1) if a.dim() > 2 else a
+    classes = pinned_classes(scores.shape[0] if scores.dim() == 2 else None, scores.shape[-1] if scores.dim() else 1)
+    return scores, classes.to(a.device, non_blocking=True)
+
+
+def nll_loss_forward_of(a: torch.Tensor) -> torch.Tensor:
+    return aten.nll_loss_forward(*scores_and_classes(a), None, 1, -100)[0]
+
+
+def nll_loss_backward_of(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The gradient of a mean loss over `a`'s scores, from a gradient and a total weight that are views of b and a."""
+    scores, classes = scores_and_classes(a)
+    return aten.nll_loss_backward(b[(0,) * b.dim()], scores, classes, None, 1, -100, a[(0,) * a.dim()])
+
+
 def zero_in_place(op, sample, dtype) -> Run:
     return torch.zero_, (sample.input,), {}
 
@@ -281,6 +333,10 @@ COVERAGE: dict[str, Coverage] = {
     "_log_softmax_backward_data": Coverage(
         "log_softmax", softmax_backward_of(torch.log_softmax, aten._log_softmax_backward_data),
         lambda a, b, c: aten._log_softmax_backward_data(a, b, -1, a.dtype)),
+    "nll_loss_forward": Coverage("nn.functional.nll_loss", nll_loss_forward,
+                                 lambda a, b, c: nll_loss_forward_of(a), binary=False),
+    "nll_loss_backward": Coverage("nn.functional.nll_loss", nll_loss_backward,
+                                  lambda a, b, c: nll_loss_backward_of(a, b), binary=False),
     "clone": Coverage("clone", plain, lambda a, b, c: a.clone(), binary=False),
     "zero_": Coverage("zero_", zero_in_place, lambda a, b, c: a.zero_(), binary=False),
 }

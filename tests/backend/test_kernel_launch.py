@@ -1,6 +1,7 @@
 """Step 5: sim's kernels are launches on its driver's streams: they run on the driver's executor, after the work
 queued before them, while the host goes on; a small pointwise kernel that its caller waits for runs on the calling
 thread instead, after the same work (backend/torch_sim/csrc/operators_launch.cpp)."""
+import functools
 import os
 import threading
 import time
@@ -42,7 +43,16 @@ HOST_IMPL_CALLS = {
     "_softmax_backward_data": lambda a, b: torch.ops.aten._softmax_backward_data(a, b.softmax(1), 1, a.dtype),
     "_log_softmax_backward_data": lambda a, b: torch.ops.aten._log_softmax_backward_data(a, b.log_softmax(0), 0,
                                                                                          a.dtype),
+    "nll_loss_forward": lambda a, b: torch.ops.aten.nll_loss_forward(a, classes_on(a.device), None, 1, -100)[0],
+    "nll_loss_backward": lambda a, b: torch.ops.aten.nll_loss_backward(a[0, 0], b, classes_on(a.device), None, 2, 1,
+                                                                       a[1, 1]),
 }
+
+
+@functools.cache
+def classes_on(device: torch.device) -> torch.Tensor:
+    """A class for each of 64 rows of 64 scores, made once per device (the first, unqueued launch makes sim's)."""
+    return (torch.arange(64) * 7 % 64).to(device)
 
 
 def returned_while_the_device_slept(operator: str, launch):
@@ -70,6 +80,20 @@ def test_a_direct_kernel_that_runs_the_cpus_impl_returns_before_the_device_ran_i
     result = returned_while_the_device_slept(operator, lambda: call(*on_sim))
     assert torch.equal(result.cpu(), call(a, b)), f"{operator}: not the CPU's bits"
     assert torch.sim.direct_route_exits() == {}, f"{operator} left its direct kernel"
+
+
+def test_a_class_out_of_range_in_a_queued_loss_is_raised_by_the_next_synchronising_call():
+    """nll_loss reads its targets on the device: as with CUDA's device-side assertion, the launch returns and the next
+    synchronising call raises, naming the kernel and the class."""
+    scores = torch.randn(4, 3, device="sim")
+    torch.nn.functional.cross_entropy(scores, torch.tensor([0, 1, 2, 0], device="sim"))  # the first launch runs at once
+    torch.sim.synchronize()
+    torch.nn.functional.cross_entropy(scores, torch.tensor([0, 1, 7, 0], device="sim"))
+    with pytest.raises(RuntimeError, match=r"the kernel 'sim::nll_loss_forward' failed on sim:0 .*Target 7 is out of "
+                                           r"bounds"):
+        torch.sim.synchronize()
+    loss = torch.nn.functional.cross_entropy(scores, torch.tensor([0, 1, 2, 0], device="sim"))
+    assert torch.equal(loss.cpu(), torch.nn.functional.cross_entropy(scores.cpu(), torch.tensor([0, 1, 2, 0])))
 
 
 @pytest.mark.parametrize("operator", ["relu", "relu_"])

@@ -42,6 +42,8 @@
 #include <ATen/ops/eq_native.h>
 #include <ATen/ops/exp_native.h>
 #include <ATen/ops/fill_native.h>
+#include <ATen/ops/nll_loss_backward_native.h>
+#include <ATen/ops/nll_loss_forward_native.h>
 #include <ATen/ops/ge_native.h>
 #include <ATen/ops/gelu_backward_native.h>
 #include <ATen/ops/gelu_native.h>
@@ -180,6 +182,14 @@ const T& host_argument(const T& value) {
   return value;
 }
 at::Tensor host_argument(const at::Tensor& t) { return host_view(t); }
+// An optional tensor argument (`weight` of nll_loss) as impl() takes it, a reference, to a host view this owns.
+struct HostOptionalTensor {
+  at::Tensor view;
+  operator at::OptionalTensorRef() const { return view.defined() ? at::OptionalTensorRef(view) : at::OptionalTensorRef(); }
+};
+HostOptionalTensor host_argument(const at::OptionalTensorRef& t) {
+  return {t.has_value() ? host_view(*t) : at::Tensor()};
+}
 
 at::Tensor device_output(c10::IntArrayRef sizes, c10::IntArrayRef strides, const c10::TensorOptions& options) {
   TORCH_CHECK(options.device().type() == kSim, "sim: a direct kernel's output must live on sim, not ",
@@ -198,14 +208,14 @@ at::Tensor device_output(c10::IntArrayRef sizes, c10::IntArrayRef strides, const
                                            options.dtype().toScalarType());
 }
 
-// A structured kernel whose output sim allocates (the functional form: `mul`). `on_host_views`: its impl() is the
-// CPU's own and takes the host views of its tensors (see DirectHostImpl).
-template <class Kernel, bool on_host_views = false>
+// A structured kernel whose outputs sim allocates (the functional form: `mul`; `nll_loss_forward` has two).
+// `on_host_views`: its impl() is the CPU's own and takes the host views of its tensors (see DirectHostImpl).
+template <class Kernel, bool on_host_views = false, size_t output_count = 1>
 struct Functional final : Kernel {
   template <class Arguments>
   explicit Functional(const Arguments&) {}
-  at::Tensor output;  // what the call returns
-  at::Tensor handle;  // the launch's handle of it (kernel_handle), which the kernel computes into
+  std::array<at::Tensor, output_count> outputs;  // what the call returns
+  std::array<at::Tensor, output_count> handles;  // the launch's handles of them (kernel_handle), which it computes into
   void set_output_strided(int64_t index, c10::IntArrayRef sizes, c10::IntArrayRef strides,
                           c10::TensorOptions options) override {
     SIM_TRACE("structured_kernel", "set_output_strided", c10::str("index=", index, " sizes=", sizes));
@@ -218,21 +228,25 @@ struct Functional final : Kernel {
   }
   const at::Tensor& maybe_get_output(int64_t index) override {
     SIM_TRACE("structured_kernel", "maybe_get_output", c10::str("index=", index));
-    return handle;
+    return handles.at(index);
   }
   template <class... Args>
   void impl_on_device(const Args&... args) {
-    if constexpr (on_host_views) {
-      this->impl(host_argument(args)..., host_view(handle));
-    } else {
-      this->impl(args..., handle);
-    }
+    impl_into(std::make_index_sequence<output_count>(), args...);
   }
 
  private:
+  template <size_t... index, class... Args>
+  void impl_into(std::index_sequence<index...>, const Args&... args) {
+    if constexpr (on_host_views) {
+      this->impl(host_argument(args)..., host_view(handles[index])...);
+    } else {
+      this->impl(args..., handles[index]...);
+    }
+  }
   void set(int64_t index, c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::TensorOptions options) {
-    output = device_output(sizes, strides, options);
-    handle = kernel_handle(output);
+    outputs.at(index) = device_output(sizes, strides, options);
+    handles[index] = kernel_handle(outputs[index]);
     if constexpr (std::is_base_of_v<at::TensorIteratorBase, Kernel>)
       Kernel::set_output_raw_strided(index, sizes, strides, options);
   }
@@ -289,11 +303,15 @@ bool accepted(const at::Tensor& t) {
   return t.defined() && (t.device().type() == kSim || (t.device().is_cpu() && t.dim() == 0));
 }
 
+// An optional tensor argument that is given (`weight`): a tensor like the others; one that is not: no tensor at all.
+bool given(const std::optional<at::Tensor>& t) { return t.has_value() && t->defined(); }
+
 template <class T>
 bool on_sim(const T&) {
   return true;
 }
 bool on_sim(const at::Tensor& t) { return t.defined() && t.device().type() == kSim; }
+bool on_sim(const std::optional<at::Tensor>& t) { return !given(t) || on_sim(*t); }
 
 // When the computation's dtype differs from an input's, TensorIterator converts that input first,
 // but only when the common device is the CPU; such calls need care (see promoted below).
@@ -365,6 +383,7 @@ uint64_t kind_of(const at::Tensor& t) {
   return 1 + static_cast<uint64_t>(t.scalar_type()) + (t.device().type() == kSim ? 0 : 256);
 }
 uint64_t kind_of(const c10::Scalar& s) { return 1 + static_cast<uint64_t>(s.type()); }
+uint64_t kind_of(const std::optional<at::Tensor>& t) { return given(t) ? kind_of(*t) : 0; }
 
 template <class... Args>
 uint64_t operand_kinds(const Args&... args) {
@@ -400,11 +419,18 @@ torch::jit::Stack boxed_stack(const Args&... args) {
   return stack;
 }
 
+// The boxed route's results, as the operator returns them.
 template <class... Args>
-at::Tensor on_host_route(const Registered& registered, const Args&... args) {
+torch::jit::Stack host_route_results(const Registered& registered, const Args&... args) {
   registered.route_exits->fetch_add(1, std::memory_order_relaxed);
   auto stack = boxed_stack(args...);
   compute_on_host(registered.op, &stack);
+  return stack;
+}
+
+template <class... Args>
+at::Tensor on_host_route(const Registered& registered, const Args&... args) {
+  auto stack = host_route_results(registered, args...);
   return stack.empty() ? at::Tensor() : std::move(stack.back()).toTensor();  // empty: an operator with no result
 }
 
@@ -416,6 +442,9 @@ T held(const T& value) {
 at::Tensor held(const at::Tensor& t) { return kernel_handle(t); }
 std::vector<int64_t> held(c10::IntArrayRef list) { return list.vec(); }
 std::string held(c10::string_view text) { return std::string(text); }
+std::optional<at::Tensor> held(const std::optional<at::Tensor>& t) {
+  return given(t) ? std::optional<at::Tensor>(kernel_handle(*t)) : std::nullopt;
+}
 std::optional<std::vector<int64_t>> held(at::OptionalIntArrayRef list) {
   return list ? std::optional<std::vector<int64_t>>(list->vec()) : std::nullopt;
 }
@@ -429,6 +458,9 @@ at::OptionalIntArrayRef used(const std::optional<std::vector<int64_t>>& list) {
 }
 
 c10::string_view used(const std::string& text) { return text; }
+at::OptionalTensorRef used(const std::optional<at::Tensor>& t) {
+  return t ? at::OptionalTensorRef(*t) : at::OptionalTensorRef();
+}
 
 template <class T>
 using Held = decltype(held(std::declval<const T&>()));
@@ -463,6 +495,7 @@ bool plain(const T&) {
   return true;
 }
 bool plain(const at::Tensor& t) { return !t.defined() || !t.key_set().has(c10::DispatchKey::ZeroTensor); }
+bool plain(const std::optional<at::Tensor>& t) { return !given(t) || plain(*t); }
 
 template <class Kernel, class... Args>
 std::optional<at::Tensor> run_functional(const Registered& registered, bool may_promote, const Args&... args) {
@@ -478,7 +511,7 @@ std::optional<at::Tensor> run_functional(const Registered& registered, bool may_
       return run_functional<Kernel>(registered, false, promoted(args, *common)...);
     }
   }
-  at::Tensor output = std::move(kernel.output);  // the caller's: the launch computes into its handle only
+  at::Tensor output = std::move(kernel.outputs[0]);  // the caller's: the launch computes into its handle only
   launch_direct(registered, output.device(), operand_kinds(args...), std::move(launch));
   return output;
 }
@@ -553,6 +586,9 @@ bool agrees(const at::Tensor& t, std::optional<c10::Device>& device) {
   if (!device) device = t.device();
   return t.device() == *device;
 }
+bool agrees(const std::optional<at::Tensor>& t, std::optional<c10::Device>& device) {
+  return !given(t) || agrees(*t, device);
+}
 // Every tensor on one sim device: a meta() that does not build a TensorIterator checks no devices.
 template <class... Args>
 bool on_one_sim_device(const Args&... args) {
@@ -565,16 +601,25 @@ struct DirectHostImpl {
   static inline std::optional<Registered> registered;
 
   static at::Tensor call(Args... args) {
-    if (any_capture() || !on_one_sim_device(args...) || !(plain(args) && ...))
-      return on_host_route(*registered, args...);
-    // impl() is the CPU's, which may call operators of its own on the host views: the launch carries the caller's
-    // thread-local state, so that they run on the executor as they would have run at the call.
+    if (!direct(args...)) return on_host_route(*registered, args...);
+    return std::move(launched<1>(args...)[0]);
+  }
+
+  static bool direct(const Args&... args) {
+    return !any_capture() && on_one_sim_device(args...) && (plain(args) && ...);
+  }
+
+  // meta() at the call, impl() queued; returns the caller's outputs (the launch computes into its handles only).
+  // impl() is the CPU's, which may call operators of its own on the host views: the launch carries the caller's
+  // thread-local state, so that they run on the executor as they would have run at the call.
+  template <size_t output_count>
+  static std::array<at::Tensor, output_count> launched(const Args&... args) {
     LaunchStorages storages;
-    auto launch = std::make_unique<StructuredLaunch<Functional<Kernel, true>, Args...>>(args...);
+    auto launch = std::make_unique<StructuredLaunch<Functional<Kernel, true, output_count>, Args...>>(args...);
     launch->meta();
-    at::Tensor output = std::move(launch->kernel.output);  // the caller's: the launch computes into its handle only
-    launch_direct(*registered, output.device(), operand_kinds(args...), std::move(launch));
-    return output;
+    std::array<at::Tensor, output_count> outputs = std::move(launch->kernel.outputs);
+    launch_direct(*registered, outputs[0].device(), operand_kinds(args...), std::move(launch));
+    return outputs;
   }
 };
 
@@ -612,6 +657,29 @@ struct DirectSoftmaxBackward
     return DirectSoftmaxBackward::DirectHostImpl::call(grad, output, dim, input_dtype);
   }
 };
+
+// The negative log-likelihood loss and its gradient, as cross_entropy calls them. The forward has two outputs, the
+// loss and the total weight of the targets counted. Both check at the call what their meta() checks (shapes); the
+// targets' values the kernel reads on the device, so a class out of range is the device's error, raised by the next
+// synchronising call, as CUDA's device-side assertion is.
+struct DirectNllLossForward
+    : DirectHostImpl<at::native::structured_nll_loss_forward_out_cpu, const at::Tensor&, const at::Tensor&,
+                     const std::optional<at::Tensor>&, int64_t, int64_t> {
+  static std::tuple<at::Tensor, at::Tensor> call(const at::Tensor& self, const at::Tensor& target,
+                                                 const std::optional<at::Tensor>& weight, int64_t reduction,
+                                                 int64_t ignore_index) {
+    if (!direct(self, target, weight, reduction, ignore_index)) {
+      auto results = host_route_results(*registered, self, target, weight, reduction, ignore_index);
+      return {std::move(results[0]).toTensor(), std::move(results[1]).toTensor()};
+    }
+    auto [output, total_weight] = launched<2>(self, target, weight, reduction, ignore_index);
+    return {std::move(output), std::move(total_weight)};
+  }
+};
+
+using DirectNllLossBackward =
+    DirectHostImpl<at::native::structured_nll_loss_backward_out_cpu, const at::Tensor&, const at::Tensor&,
+                   const at::Tensor&, const std::optional<at::Tensor>&, int64_t, int64_t, const at::Tensor&>;
 
 // A native function that is not structured but device-generic (`where`), called as it is.
 template <auto function, class Result, class... Args>
@@ -871,6 +939,8 @@ std::vector<std::string> install_direct_kernels() {
   install<DirectGeluBackward>(m, "gelu_backward");
   install<DirectSoftmaxBackward<native::structured_softmax_backward_cpu_out>>(m, "_softmax_backward_data");
   install<DirectSoftmaxBackward<native::structured_log_softmax_backward_cpu_out>>(m, "_log_softmax_backward_data");
+  install<DirectNllLossForward>(m, "nll_loss_forward");
+  install<DirectNllLossBackward>(m, "nll_loss_backward");
   install<DirectFill>(m, "fill_.Scalar");
   install<DirectComposite<&native::zero_, at::Tensor&, at::Tensor&>>(m, "zero_");
   install<DirectClone>(m, "clone");

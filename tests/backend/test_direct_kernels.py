@@ -240,6 +240,30 @@ def nll_loss_backward_of(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return aten.nll_loss_backward(b[(0,) * b.dim()], scores, classes, None, 1, -100, a[(0,) * a.dim()])
 
 
+def layer_norm_backward(op, sample, dtype) -> Run:
+    """The gradient of a native_layer_norm sample, from its forward on the CPU, for each gradient it can give."""
+    normalized_shape, weight, bias, eps = sample.args
+    _, mean, rstd = torch.native_layer_norm(sample.input, normalized_shape, weight, bias, eps)
+    gradient = make_tensor(sample.input.shape, dtype=dtype, device="cpu", low=-3, high=3)
+    mask = [True, weight is not None, bias is not None]
+    return aten.native_layer_norm_backward, (gradient, sample.input, normalized_shape, mean, rstd, weight, bias,
+                                             mask), {}
+
+
+def normalized(a: torch.Tensor) -> torch.Tensor:
+    """`a` with at least one dimension, as layer norm needs (a view)."""
+    return a if a.dim() else a.unsqueeze(0)
+
+
+def layer_norm_backward_of(a: torch.Tensor) -> torch.Tensor:
+    """The input's gradient of layer norm over `a`'s last dimension, with `a` as the gradient and views of it as the
+    forward's statistics."""
+    x = normalized(a)
+    statistics = x[..., :1]
+    return aten.native_layer_norm_backward(x, x, x.shape[-1:], statistics, statistics, None, None,
+                                           [True, False, False])[0]
+
+
 def zero_in_place(op, sample, dtype) -> Run:
     return torch.zero_, (sample.input,), {}
 
@@ -337,6 +361,10 @@ COVERAGE: dict[str, Coverage] = {
                                  lambda a, b, c: nll_loss_forward_of(a), binary=False),
     "nll_loss_backward": Coverage("nn.functional.nll_loss", nll_loss_backward,
                                   lambda a, b, c: nll_loss_backward_of(a, b), binary=False),
+    "native_layer_norm": Coverage("native_layer_norm", plain, lambda a, b, c: torch.native_layer_norm(
+        normalized(a), normalized(a).shape[-1:], None, None, 1e-5)[0], binary=False),
+    "native_layer_norm_backward": Coverage("native_layer_norm", layer_norm_backward,
+                                           lambda a, b, c: layer_norm_backward_of(a), binary=False),
     "clone": Coverage("clone", plain, lambda a, b, c: a.clone(), binary=False),
     "zero_": Coverage("zero_", zero_in_place, lambda a, b, c: a.zero_(), binary=False),
 }
@@ -444,6 +472,15 @@ def bad_calls() -> dict[str, tuple[Callable, tuple]]:
         "threshold_backward: shapes that do not broadcast": (
             lambda a, b: aten.threshold_backward(a, b, 0.0), (f32(3, 4), f32(5))),
         "where: a float condition": (lambda c, a, b: torch.where(c, a, b), (f32(3), f32(3), f32(3))),
+        "native_layer_norm: an input that does not end in the normalized shape": (
+            lambda a: torch.native_layer_norm(a, (3,), None, None, 1e-5), (f32(3, 4),)),
+        "native_layer_norm: a weight of another shape": (
+            lambda a, w: torch.native_layer_norm(a, (4,), w, None, 1e-5), (f32(3, 4), f32(3))),
+        "native_layer_norm: of int64": (lambda a: torch.native_layer_norm(a, (4,), None, None, 1e-5), (i64(3, 4),)),
+        "nll_loss_forward: float classes": (
+            lambda a, t: aten.nll_loss_forward(a, t, None, 1, -100), (f32(3, 4), f32(3))),
+        "nll_loss_forward: a class per row of another count": (
+            lambda a, t: aten.nll_loss_forward(a, t, None, 1, -100), (f32(3, 4), i64(5))),
         "where out=: an out of another dtype": (
             lambda c, a, b, out: torch.where(c, a, b, out=out), (flag(3), f32(3), f32(3), i64(3))),
     }

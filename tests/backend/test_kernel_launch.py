@@ -46,6 +46,9 @@ HOST_IMPL_CALLS = {
     "nll_loss_forward": lambda a, b: torch.ops.aten.nll_loss_forward(a, classes_on(a.device), None, 1, -100)[0],
     "nll_loss_backward": lambda a, b: torch.ops.aten.nll_loss_backward(a[0, 0], b, classes_on(a.device), None, 2, 1,
                                                                        a[1, 1]),
+    "native_layer_norm": lambda a, b: torch.native_layer_norm(a, (64,), b[0], b[1], 1e-5)[0],
+    "native_layer_norm_backward": lambda a, b: torch.ops.aten.native_layer_norm_backward(
+        a, b, (64,), b[:, :1], b[:, 1:2], b[0], b[1], [True, True, True])[1],
 }
 
 
@@ -96,34 +99,26 @@ def test_a_class_out_of_range_in_a_queued_loss_is_raised_by_the_next_synchronisi
     assert torch.equal(loss.cpu(), torch.nn.functional.cross_entropy(scores.cpu(), torch.tensor([0, 1, 2, 0])))
 
 
-@pytest.mark.parametrize("operator", ["relu", "relu_"])
-def test_relu_is_clamp_min_and_returns_before_the_device_ran_it(operator):
-    """relu is clamp_min(self, 0) on every device: sim runs that at the call, and clamp_min's kernel is queued."""
-    a = torch.randn(64, 64, generator=torch.Generator().manual_seed(2))
-    call = (lambda x: x.relu()) if operator == "relu" else (lambda x: x.relu_())
-    on_sim = a.to("sim")
-    call(on_sim.clone())  # the first launch of a dtype combination runs before its call returns (launch_direct)
-    argument = on_sim.clone()
-    torch.sim.synchronize()
-    result = returned_while_the_device_slept(operator, lambda: call(argument))
-    assert torch.equal(result.cpu(), call(a.clone())), f"{operator}: not the CPU's bits"
-    assert torch.sim.direct_route_exits() == {}, f"{operator} left its direct kernel"
-
-
-# Kernels that copy or fill: each call on sim tensors, and the same call on the CPU's (operators_direct.cpp: DirectClone,
-# DirectFill, and zero_, which is fill_(0) on every device).
-COPY_AND_FILL_CALLS = {
+# Kernels that copy or fill, and relu: each call on sim tensors, and the same call on the CPU's (operators_direct.cpp:
+# DirectClone, DirectFill, zero_, which is fill_(0) on every device, and relu, which is clamp_min(self, 0); operators.cpp:
+# sim_copy_from, for copies within one device).
+COPY_FILL_AND_RELU_CALLS = {
     "clone": lambda a: a.clone(),
     "clone of a transposed view": lambda a: a.t().clone(),
     "clone into channels-last": lambda a: a.view(1, 4, 32, 32).clone(memory_format=torch.channels_last),
+    "copy_ of a transposed view": lambda a: torch.empty_like(a).copy_(a.t()),
+    "copy_ of a row to every row": lambda a: torch.empty_like(a).copy_(a[3]),
+    "copy_ converting to float16": lambda a: a.to(torch.float16),
     "fill_": lambda a: a.fill_(-1.5),
     "zero_": lambda a: a.zero_(),
+    "relu": lambda a: a.relu(),
+    "relu_": lambda a: a.relu_(),
 }
 
 
-@pytest.mark.parametrize("operator", COPY_AND_FILL_CALLS)
-def test_clone_fill_and_zero_return_before_the_device_ran_them(operator):
-    call = COPY_AND_FILL_CALLS[operator]
+@pytest.mark.parametrize("operator", COPY_FILL_AND_RELU_CALLS)
+def test_copies_fills_and_relu_return_before_the_device_ran_them(operator):
+    call = COPY_FILL_AND_RELU_CALLS[operator]
     a = torch.randn(64, 64, generator=torch.Generator().manual_seed(3))
     on_sim = a.to("sim")
     call(on_sim.clone())  # the first launch of a dtype combination runs before its call returns (launch_direct)
@@ -133,6 +128,44 @@ def test_clone_fill_and_zero_return_before_the_device_ran_them(operator):
     expected = call(a.clone())
     assert torch.equal(result.cpu(), expected) and result.stride() == expected.stride(), f"{operator}: not the CPU's"
     assert torch.sim.direct_route_exits() == {}, f"{operator} left its direct kernel"
+
+
+# Copies within one device that the CPU's copy refuses or warns about: they wait for the device, so that the call
+# itself raises or warns (operators.cpp: queued_copy).
+REFUSED_COPIES = {
+    "into a slice of its own source": (lambda x: x[1:].copy_(x[:-1]), RuntimeError, "refer to a single memory"),
+    "of itself transposed": (lambda x: x[:4].view(2, 2).copy_(x[:4].view(2, 2).t()), RuntimeError,
+                             "refer to a single memory"),
+    "of a shape that does not broadcast": (lambda x: torch.empty(3, 4, device=x.device).copy_(x[:5]), RuntimeError,
+                                           "must match the size"),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED_COPIES)
+def test_a_copy_the_cpu_refuses_raises_at_the_call_as_on_the_cpu(case):
+    call, error, message = REFUSED_COPIES[case]
+    with pytest.raises(error, match=message):
+        call(torch.arange(6.0))
+    on_sim = torch.arange(6.0, device="sim")
+    sleep = torch.sim.device_sleep(LONG_MS)
+    waker = threading.Timer(0.2, sleep.wake)
+    waker.start()
+    with pytest.raises(error, match=message):
+        call(on_sim)
+    waker.join()
+    assert on_sim.cpu().tolist() == list(range(6)), "the refused copy wrote"
+
+
+def test_a_copy_that_drops_the_imaginary_part_warns_at_the_call_as_on_the_cpu():
+    target = torch.empty(3, device="sim")
+    warned_always = torch.is_warn_always_enabled()
+    torch.set_warn_always(True)  # the CPU warns once a process: an earlier test may have had the one warning
+    try:
+        with pytest.warns(UserWarning, match="discards the imaginary part"):
+            target.copy_(torch.tensor([1 + 2j, 3 - 1j, 0.5j], device="sim"))
+    finally:
+        torch.set_warn_always(warned_always)
+    assert target.cpu().tolist() == [1.0, 3.0, 0.0]
 
 
 def test_a_fill_with_a_number_the_dtype_cannot_hold_raises_at_the_call_as_on_the_cpu():

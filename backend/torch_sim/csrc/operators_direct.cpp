@@ -42,6 +42,8 @@
 #include <ATen/ops/eq_native.h>
 #include <ATen/ops/exp_native.h>
 #include <ATen/ops/fill_native.h>
+#include <ATen/ops/native_layer_norm_backward_cpu_dispatch.h>
+#include <ATen/ops/native_layer_norm_cpu_dispatch.h>
 #include <ATen/ops/nll_loss_backward_native.h>
 #include <ATen/ops/nll_loss_forward_native.h>
 #include <ATen/ops/ge_native.h>
@@ -681,6 +683,138 @@ using DirectNllLossBackward =
     DirectHostImpl<at::native::structured_nll_loss_backward_out_cpu, const at::Tensor&, const at::Tensor&,
                    const at::Tensor&, const std::optional<at::Tensor>&, int64_t, int64_t, const at::Tensor&>;
 
+// ------------------------------------------------- sized at the call, computed by the CPU's operator
+// An operator that is neither structured nor device-generic (`native_layer_norm`), on calls whose outputs sim sizes
+// at the call by the CPU kernel's own rule, so that its kernel is queued: the CPU's kernel runs on the device, on
+// host views (called as `at::cpu::`, not through the dispatcher again), and its results are copied into the outputs.
+// Other calls take the boxed route, which raises the CPU's own errors at the call. A result of other geometry than
+// its output fails the kernel, naming both.
+std::optional<at::Tensor> host_argument(const std::optional<at::Tensor>& t) {
+  return given(t) ? std::optional<at::Tensor>(host_view(*t)) : std::nullopt;
+}
+
+template <size_t output_count>
+void copy_results(const Registered& registered, const std::array<at::Tensor, output_count>& outputs,
+                  const std::array<at::Tensor, output_count>& results) {
+  for (size_t index = 0; index < output_count; ++index) {
+    if (!outputs[index].defined()) continue;
+    const at::Tensor& result = results[index];
+    TORCH_CHECK(result.sizes() == outputs[index].sizes() && result.strides() == outputs[index].strides() &&
+                    result.dtype() == outputs[index].dtype(),
+                "sim sized output ", index, " of ", registered.op.operator_name().name, " (sizes ",
+                outputs[index].sizes(), ", strides ", outputs[index].strides(), ", ", outputs[index].dtype(),
+                ") unlike the CPU's kernel (sizes ", result.sizes(), ", strides ", result.strides(), ", ",
+                result.dtype(), "); report it with the call that did this");
+    host_view(outputs[index]).copy_(result);
+  }
+}
+
+at::Tensor contiguous_output(c10::IntArrayRef sizes, const at::Tensor& like) {
+  return at::empty(sizes, like.options().memory_format(at::MemoryFormat::Contiguous));
+}
+
+bool layer_norm_dtype(c10::ScalarType type) {
+  return type == c10::kFloat || type == c10::kDouble || type == c10::kHalf || type == c10::kBFloat16;
+}
+
+// A parameter of layer norm (weight, bias) as the CPU's kernel takes it without converting anything: absent, or of the
+// normalized shape and the input's dtype.
+bool plain_parameter(const std::optional<at::Tensor>& parameter, c10::IntArrayRef normalized_shape,
+                     const at::Tensor& input) {
+  return !given(parameter) ||
+         (plain(*parameter) && parameter->sizes() == normalized_shape && parameter->dtype() == input.dtype());
+}
+
+// The input, on one sim device with its parameters, normalized over its last dimensions, in a dtype the CPU's kernel
+// computes in, with parameters of its own dtype (mixed precision takes the boxed route).
+bool layer_norm_sized_at_call(const at::Tensor& input, c10::IntArrayRef normalized_shape,
+                              const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias) {
+  const auto normalized_dims = static_cast<int64_t>(normalized_shape.size());
+  return !any_capture() && on_one_sim_device(input, weight, bias) && plain(input) &&
+         layer_norm_dtype(input.scalar_type()) && normalized_dims > 0 && input.dim() >= normalized_dims &&
+         input.sizes().slice(input.dim() - normalized_dims) == normalized_shape &&
+         plain_parameter(weight, normalized_shape, input) && plain_parameter(bias, normalized_shape, input);
+}
+
+// The sizes of layer norm's mean and reciprocal standard deviation: the input's, with 1 for each normalized dimension.
+std::vector<int64_t> layer_norm_statistics_sizes(const at::Tensor& input, c10::IntArrayRef normalized_shape) {
+  std::vector<int64_t> sizes(input.sizes().begin(), input.sizes().end() - normalized_shape.size());
+  sizes.resize(input.dim(), 1);
+  return sizes;
+}
+
+struct DirectLayerNorm {
+  static inline std::optional<Registered> registered;
+  using Results = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+
+  static Results call(const at::Tensor& input, c10::IntArrayRef normalized_shape,
+                      const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps) {
+    if (!layer_norm_sized_at_call(input, normalized_shape, weight, bias)) {
+      auto results = host_route_results(*registered, input, normalized_shape, weight, bias, eps);
+      return {std::move(results[0]).toTensor(), std::move(results[1]).toTensor(), std::move(results[2]).toTensor()};
+    }
+    const auto statistics = layer_norm_statistics_sizes(input, normalized_shape);
+    Results outputs{contiguous_output(input.sizes(), input), contiguous_output(statistics, input),
+                    contiguous_output(statistics, input)};
+    launch_kernel(input.device(), registered->kernel_name,
+                  [input = kernel_handle(input), shape = normalized_shape.vec(), weight = held(weight),
+                   bias = held(bias), eps,
+                   handles = std::array{kernel_handle(std::get<0>(outputs)), kernel_handle(std::get<1>(outputs)),
+                                        kernel_handle(std::get<2>(outputs))}] {
+                    auto [output, mean, rstd] = at::cpu::native_layer_norm(host_view(input), shape,
+                                                                           host_argument(weight), host_argument(bias),
+                                                                           eps);
+                    copy_results<3>(*registered, handles, {output, mean, rstd});
+                  });
+    return outputs;
+  }
+};
+
+// Its gradient: of the input (contiguous, as the input's), of the weight and of the bias (each as the parameter),
+// the ones `output_mask` asks for. The forward's mean and deviation must have its sizes and the input's dtype.
+struct DirectLayerNormBackward {
+  static inline std::optional<Registered> registered;
+  using Results = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+
+  static bool sized_at_call(const at::Tensor& grad_out, const at::Tensor& input, c10::IntArrayRef normalized_shape,
+                            const at::Tensor& mean, const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
+                            const std::optional<at::Tensor>& bias, std::array<bool, 3> output_mask) {
+    const auto statistics = layer_norm_statistics_sizes(input, normalized_shape);
+    const auto like_the_forward = [&](const at::Tensor& t) {
+      return plain(t) && t.sizes() == c10::IntArrayRef(statistics) && t.dtype() == input.dtype();
+    };
+    return layer_norm_sized_at_call(input, normalized_shape, weight, bias) &&
+           on_one_sim_device(grad_out, input, mean, rstd) && plain(grad_out) && grad_out.sizes() == input.sizes() &&
+           grad_out.dtype() == input.dtype() && like_the_forward(mean) && like_the_forward(rstd) &&
+           (!output_mask[1] || given(weight)) && (!output_mask[2] || given(bias));
+  }
+
+  static Results call(const at::Tensor& grad_out, const at::Tensor& input, c10::IntArrayRef normalized_shape,
+                      const at::Tensor& mean, const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
+                      const std::optional<at::Tensor>& bias, std::array<bool, 3> output_mask) {
+    if (!sized_at_call(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask)) {
+      auto results =
+          host_route_results(*registered, grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask);
+      return {std::move(results[0]).toTensor(), std::move(results[1]).toTensor(), std::move(results[2]).toTensor()};
+    }
+    Results outputs{output_mask[0] ? contiguous_output(input.sizes(), input) : at::Tensor(),
+                    output_mask[1] ? contiguous_output(weight->sizes(), *weight) : at::Tensor(),
+                    output_mask[2] ? contiguous_output(bias->sizes(), *bias) : at::Tensor()};
+    launch_kernel(input.device(), registered->kernel_name,
+                  [grad_out = kernel_handle(grad_out), input = kernel_handle(input), shape = normalized_shape.vec(),
+                   mean = kernel_handle(mean), rstd = kernel_handle(rstd), weight = held(weight), bias = held(bias),
+                   output_mask,
+                   handles = std::array{kernel_handle(std::get<0>(outputs)), kernel_handle(std::get<1>(outputs)),
+                                        kernel_handle(std::get<2>(outputs))}] {
+                    auto [input_gradient, weight_gradient, bias_gradient] = at::cpu::native_layer_norm_backward(
+                        host_view(grad_out), host_view(input), shape, host_view(mean), host_view(rstd),
+                        host_argument(weight), host_argument(bias), output_mask);
+                    copy_results<3>(*registered, handles, {input_gradient, weight_gradient, bias_gradient});
+                  });
+    return outputs;
+  }
+};
+
 // A native function that is not structured but device-generic (`where`), called as it is.
 template <auto function, class Result, class... Args>
 struct DirectNative {
@@ -773,10 +907,7 @@ struct DirectClone {
     at::Tensor result = format == at::MemoryFormat::Preserve && self.is_non_overlapping_and_dense()
                             ? at::empty_strided(self.sizes(), self.strides(), self.options())
                             : at::empty_like(self, self.options(), format);
-    launch_kernel(self.device(), registered->kernel_name,
-                  [source = kernel_handle(self), target = kernel_handle(result)] {
-                    host_view(target).copy_(host_view(source));
-                  });
+    launch_copy(self, result, registered->kernel_name);
     return result;
   }
 };
@@ -941,6 +1072,8 @@ std::vector<std::string> install_direct_kernels() {
   install<DirectSoftmaxBackward<native::structured_log_softmax_backward_cpu_out>>(m, "_log_softmax_backward_data");
   install<DirectNllLossForward>(m, "nll_loss_forward");
   install<DirectNllLossBackward>(m, "nll_loss_backward");
+  install<DirectLayerNorm>(m, "native_layer_norm");
+  install<DirectLayerNormBackward>(m, "native_layer_norm_backward");
   install<DirectFill>(m, "fill_.Scalar");
   install<DirectComposite<&native::zero_, at::Tensor&, at::Tensor&>>(m, "zero_");
   install<DirectClone>(m, "clone");
@@ -953,6 +1086,12 @@ std::vector<std::string> install_direct_kernels() {
 }
 
 }  // namespace
+
+void launch_copy(const at::Tensor& source, const at::Tensor& target, const std::string& name) {
+  launch_kernel(target.device(), name, [source = kernel_handle(source), target = kernel_handle(target)] {
+    host_view(target).copy_(host_view(source));
+  });
+}
 
 void bind_direct_operators(pybind11::module& module) {
   module.def("install_direct_kernels", &install_direct_kernels);

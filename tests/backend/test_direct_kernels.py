@@ -264,6 +264,25 @@ def layer_norm_backward_of(a: torch.Tensor) -> torch.Tensor:
                                            [True, False, False])[0]
 
 
+def embedding_backward(op, sample, dtype) -> Run:
+    """The weight's gradient of an embedding sample, with a gradient for each index (padding_idx as F.embedding
+    passes it on: counted from the end when negative, -1 for none)."""
+    weight, indices = sample.input, sample.args[0]
+    rows = weight.shape[0]
+    padding_idx = sample.kwargs.get("padding_idx")
+    padding_idx = -1 if padding_idx is None else padding_idx % rows
+    gradient = make_tensor((*indices.shape, weight.shape[1]), dtype=dtype, device="cpu", low=-3, high=3)
+    return aten.embedding_dense_backward, (gradient, indices, rows, padding_idx,
+                                           sample.kwargs.get("scale_grad_by_freq", False)), {}
+
+
+def embedding_backward_of(a: torch.Tensor) -> torch.Tensor:
+    """The gradient of a 5-row embedding from `a` as the gradient of its lookups, one lookup per row of `a`."""
+    x = normalized(a)
+    lookups = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    return aten.embedding_dense_backward(x, pinned_classes(lookups, 5).to(x.device, non_blocking=True), 5, -1, False)
+
+
 def zero_in_place(op, sample, dtype) -> Run:
     return torch.zero_, (sample.input,), {}
 
@@ -365,6 +384,8 @@ COVERAGE: dict[str, Coverage] = {
         normalized(a), normalized(a).shape[-1:], None, None, 1e-5)[0], binary=False),
     "native_layer_norm_backward": Coverage("native_layer_norm", layer_norm_backward,
                                            lambda a, b, c: layer_norm_backward_of(a), binary=False),
+    "embedding_dense_backward": Coverage("nn.functional.embedding", embedding_backward,
+                                         lambda a, b, c: embedding_backward_of(a), binary=False),
     "clone": Coverage("clone", plain, lambda a, b, c: a.clone(), binary=False),
     "zero_": Coverage("zero_", zero_in_place, lambda a, b, c: a.zero_(), binary=False),
 }
@@ -477,6 +498,10 @@ def bad_calls() -> dict[str, tuple[Callable, tuple]]:
         "native_layer_norm: a weight of another shape": (
             lambda a, w: torch.native_layer_norm(a, (4,), w, None, 1e-5), (f32(3, 4), f32(3))),
         "native_layer_norm: of int64": (lambda a: torch.native_layer_norm(a, (4,), None, None, 1e-5), (i64(3, 4),)),
+        "embedding_dense_backward: indices that do not number the gradient's rows": (
+            lambda g, i: aten.embedding_dense_backward(g, i, 7, -1, False), (f32(3, 5), i64(4))),
+        "embedding_dense_backward: float indices": (
+            lambda g, i: aten.embedding_dense_backward(g, i, 7, -1, False), (f32(3, 5), f32(3))),
         "nll_loss_forward: float classes": (
             lambda a, t: aten.nll_loss_forward(a, t, None, 1, -100), (f32(3, 4), f32(3))),
         "nll_loss_forward: a class per row of another count": (

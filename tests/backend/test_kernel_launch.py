@@ -47,6 +47,8 @@ HOST_IMPL_CALLS = {
     "nll_loss_backward": lambda a, b: torch.ops.aten.nll_loss_backward(a[0, 0], b, classes_on(a.device), None, 2, 1,
                                                                        a[1, 1]),
     "native_layer_norm": lambda a, b: torch.native_layer_norm(a, (64,), b[0], b[1], 1e-5)[0],
+    "embedding_dense_backward": lambda a, b: torch.ops.aten.embedding_dense_backward(a, classes_on(a.device), 64, 3,
+                                                                                     True),
     "native_layer_norm_backward": lambda a, b: torch.ops.aten.native_layer_norm_backward(
         a, b, (64,), b[:, :1], b[:, 1:2], b[0], b[1], [True, True, True])[1],
 }

@@ -42,6 +42,7 @@
 #include <ATen/ops/eq_native.h>
 #include <ATen/ops/exp_native.h>
 #include <ATen/ops/fill_native.h>
+#include <ATen/ops/embedding_dense_backward_cpu_dispatch.h>
 #include <ATen/ops/native_layer_norm_backward_cpu_dispatch.h>
 #include <ATen/ops/native_layer_norm_cpu_dispatch.h>
 #include <ATen/ops/nll_loss_backward_native.h>
@@ -713,7 +714,8 @@ at::Tensor contiguous_output(c10::IntArrayRef sizes, const at::Tensor& like) {
   return at::empty(sizes, like.options().memory_format(at::MemoryFormat::Contiguous));
 }
 
-bool layer_norm_dtype(c10::ScalarType type) {
+// The floating dtypes the CPU's layer norm and embedding gradient compute in.
+bool computed_floating(c10::ScalarType type) {
   return type == c10::kFloat || type == c10::kDouble || type == c10::kHalf || type == c10::kBFloat16;
 }
 
@@ -731,7 +733,7 @@ bool layer_norm_sized_at_call(const at::Tensor& input, c10::IntArrayRef normaliz
                               const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias) {
   const auto normalized_dims = static_cast<int64_t>(normalized_shape.size());
   return !any_capture() && on_one_sim_device(input, weight, bias) && plain(input) &&
-         layer_norm_dtype(input.scalar_type()) && normalized_dims > 0 && input.dim() >= normalized_dims &&
+         computed_floating(input.scalar_type()) && normalized_dims > 0 && input.dim() >= normalized_dims &&
          input.sizes().slice(input.dim() - normalized_dims) == normalized_shape &&
          plain_parameter(weight, normalized_shape, input) && plain_parameter(bias, normalized_shape, input);
 }
@@ -815,6 +817,34 @@ struct DirectLayerNormBackward {
   }
 };
 
+// The gradient of an embedding's weight: a row for each of `num_weights` rows, of the gradient's last size. Calls whose
+// indices are of the dtypes the CPU takes and number the gradient's rows, with a floating gradient, are queued.
+struct DirectEmbeddingBackward {
+  static inline std::optional<Registered> registered;
+
+  static bool sized_at_call(const at::Tensor& grad, const at::Tensor& indices, int64_t num_weights) {
+    return !any_capture() && on_one_sim_device(grad, indices) && plain(grad) && plain(indices) &&
+           computed_floating(grad.scalar_type()) &&
+           (indices.scalar_type() == c10::kLong || indices.scalar_type() == c10::kInt) && grad.dim() > 0 &&
+           num_weights >= 0 && grad.numel() == indices.numel() * grad.size(-1);
+  }
+
+  static at::Tensor call(const at::Tensor& grad, const at::Tensor& indices, int64_t num_weights, int64_t padding_idx,
+                         bool scale_grad_by_freq) {
+    if (!sized_at_call(grad, indices, num_weights))
+      return on_host_route(*registered, grad, indices, num_weights, padding_idx, scale_grad_by_freq);
+    at::Tensor output = contiguous_output({num_weights, grad.size(-1)}, grad);
+    launch_kernel(grad.device(), registered->kernel_name,
+                  [grad = kernel_handle(grad), indices = kernel_handle(indices), num_weights, padding_idx,
+                   scale_grad_by_freq, handle = kernel_handle(output)] {
+                    at::Tensor result = at::cpu::embedding_dense_backward(host_view(grad), host_view(indices),
+                                                                          num_weights, padding_idx, scale_grad_by_freq);
+                    copy_results<1>(*registered, {handle}, {result});
+                  });
+    return output;
+  }
+};
+
 // A native function that is not structured but device-generic (`where`), called as it is.
 template <auto function, class Result, class... Args>
 struct DirectNative {
@@ -881,11 +911,19 @@ struct DirectComposite : DirectNative<function, Result, Args...> {
 // other than the standard ones take DirectNative's route, whose kernel the host waits for.
 struct DirectFill : DirectNative<static_cast<at::Tensor& (*)(at::Tensor&, const c10::Scalar&)>(&at::native::fill_),
                                  at::Tensor&, at::Tensor&, const c10::Scalar&> {
+  static bool standard(c10::ScalarType type) {
+    switch (type) {
+      case c10::kBool: case c10::kByte: case c10::kChar: case c10::kShort: case c10::kInt: case c10::kLong:
+      case c10::kHalf: case c10::kBFloat16: case c10::kFloat: case c10::kDouble: case c10::kComplexFloat:
+      case c10::kComplexDouble:
+        return true;
+      default:
+        return false;
+    }
+  }
+
   static at::Tensor& call(at::Tensor& self, const c10::Scalar& value) {
-    static const std::set<c10::ScalarType> standard = {
-        c10::kBool, c10::kByte, c10::kChar, c10::kShort, c10::kInt, c10::kLong, c10::kHalf, c10::kBFloat16,
-        c10::kFloat, c10::kDouble, c10::kComplexFloat, c10::kComplexDouble};
-    if (any_capture() || !on_sim(self) || !plain(self) || standard.count(self.scalar_type()) == 0)
+    if (any_capture() || !on_sim(self) || !plain(self) || !standard(self.scalar_type()))
       return DirectNative::call(self, value);
     AT_DISPATCH_V2(self.scalar_type(), "fill_", AT_WRAP([&] { (void)value.to<scalar_t>(); }),
                    AT_EXPAND(AT_ALL_TYPES_AND_COMPLEX), c10::kHalf, c10::kBFloat16, c10::kBool);
@@ -1074,6 +1112,7 @@ std::vector<std::string> install_direct_kernels() {
   install<DirectNllLossBackward>(m, "nll_loss_backward");
   install<DirectLayerNorm>(m, "native_layer_norm");
   install<DirectLayerNormBackward>(m, "native_layer_norm_backward");
+  install<DirectEmbeddingBackward>(m, "embedding_dense_backward");
   install<DirectFill>(m, "fill_.Scalar");
   install<DirectComposite<&native::zero_, at::Tensor&, at::Tensor&>>(m, "zero_");
   install<DirectClone>(m, "clone");

@@ -188,7 +188,9 @@ at::Tensor host_argument(const at::Tensor& t) { return host_view(t); }
 // An optional tensor argument (`weight` of nll_loss) as impl() takes it, a reference, to a host view this owns.
 struct HostOptionalTensor {
   at::Tensor view;
-  operator at::OptionalTensorRef() const { return view.defined() ? at::OptionalTensorRef(view) : at::OptionalTensorRef(); }
+  operator at::OptionalTensorRef() const {
+    return view.defined() ? at::OptionalTensorRef(view) : at::OptionalTensorRef();
+  }
 };
 HostOptionalTensor host_argument(const at::OptionalTensorRef& t) {
   return {t.has_value() ? host_view(*t) : at::Tensor()};

@@ -4,6 +4,7 @@ import sys
 import threading
 import warnings
 from pathlib import Path
+from typing import Any, Callable
 
 import jsonschema
 import pytest
@@ -50,22 +51,29 @@ def test_nesting_follows_the_calls():
         assert hop.parent is not None and recorded.hops[hop.parent].depth == hop.depth - 1
 
 
+def traced_product_behind_a_sleep(wake_after: float, then: Callable[[], object]) -> tuple[Any, object]:
+    """Trace a matrix product queued behind a device sleep that ends `wake_after` seconds later, and `then()` called
+    right after it in the same block; returns the trace and what `then()` returned."""
+    a = torch.randn(8, 8, device="sim")
+    b = torch.randn(8, 8, device="sim")
+    torch.mm(a, b)  # the first launch of a dtype combination runs before its call returns
+    torch.sim.synchronize()
+    sleep = torch.sim.device_sleep(LONG_MS)
+    waker = threading.Timer(wake_after, sleep.wake)
+    with trace("sim") as recorded:
+        waker.start()
+        torch.mm(a, b)
+        result = then()
+    waker.join()
+    return recorded, result
+
+
 def test_calls_of_a_queued_kernel_nest_under_the_hop_that_launched_it_however_late_they_run():
     """sim's matrix product returns before its kernel ran. The kernel runs the CPU's impl() on the driver's executor,
     which calls operators of its own there: here while the host is already inside the next operator, the copy back,
     waiting for the device. Those calls are the product's, and the tree shows them under it."""
-    a = torch.randn(8, 8, device="sim")
-    b = torch.randn(8, 8, device="sim")
     x = torch.ones(4, device="sim")
-    torch.mm(a, b)  # the first launch of a dtype combination runs before its call returns
-    torch.sim.synchronize()
-    sleep = torch.sim.device_sleep(LONG_MS)
-    waker = threading.Timer(1.0, sleep.wake)
-    with trace("sim") as recorded:
-        waker.start()
-        torch.mm(a, b)
-        x.cpu()
-    waker.join()
+    recorded, _ = traced_product_behind_a_sleep(1.0, x.cpu)
     product = next(hop for hop in hops_of(recorded, "aten::mm") if hop.key == "PrivateUse1" and not hop.skipped)
     copy_back = next(hop for hop in recorded.hops if hop.depth == 0 and hop.operator != "aten::mm")
     launched = recorded.children(product.index)
@@ -91,17 +99,8 @@ def test_calls_of_a_queued_kernel_nest_under_the_hop_that_launched_it_however_la
 def test_a_trace_ends_once_the_device_ran_what_its_block_launched():
     """The block queues a product behind a device sleep and leaves before the device ran it; the product's kernel
     calls its operators after that, and the trace still holds them."""
-    a = torch.randn(8, 8, device="sim")
-    b = torch.randn(8, 8, device="sim")
-    torch.mm(a, b)  # the first launch of a dtype combination runs before its call returns
-    torch.sim.synchronize()
-    sleep = torch.sim.device_sleep(LONG_MS)
-    waker = threading.Timer(0.5, sleep.wake)
-    with trace("sim") as recorded:
-        waker.start()
-        torch.mm(a, b)
-        left_the_block_while_the_device_slept = not torch.sim.current_stream().query()
-    waker.join()
+    recorded, left_the_block_while_the_device_slept = traced_product_behind_a_sleep(
+        0.5, lambda: not torch.sim.current_stream().query())
     assert left_the_block_while_the_device_slept, "the device ran the product before the block ended"
     product = next(hop for hop in hops_of(recorded, "aten::mm") if hop.key == "PrivateUse1" and not hop.skipped)
     assert recorded.children(product.index), "the trace ended before the product's kernel called its operators"

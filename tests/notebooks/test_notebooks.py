@@ -1,4 +1,5 @@
 """The notebooks: committed without outputs, and each one runs top to bottom in a fresh kernel, logging nothing."""
+import re
 import subprocess
 import sys
 import time
@@ -32,6 +33,19 @@ def test_notebooks_are_committed_without_outputs():
 # checks and must leave nothing behind when it is killed: the first notebook users open, and the page whose subject
 # is what `import torch` does. The others run in kernels forked as the docs build forks them, all from one template.
 LAUNCHED = ("01_quickstart", "guide_11_autoload")
+
+# Lines a page must print, where a wrong answer would otherwise pass for output: a pattern a line, per notebook. Only
+# answers that do not depend on timing (the value a race reads does).
+PRINTED = {
+    "guide_06_streams_events": [r"with wait_stream: 1024\.0$", r"^stream sanitizer on sim: 1 race\(s\) ",
+                                r"^answer: 2048\.0\s*$", r"^stream sanitizer on sim: 0 race\(s\) "],
+}
+
+
+def printed_text(notebook: nbformat.NotebookNode) -> str:
+    """What the notebook's code cells printed (their stream outputs), in order."""
+    return "".join(output.get("text", "") for cell in notebook.cells if cell.cell_type == "code"
+                   for output in cell.get("outputs", []) if output.get("output_type") == "stream")
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +81,13 @@ def test_notebook_runs_top_to_bottom(notebook, tmp_path, forked_scratch, monkeyp
     executed = nbformat.read(hook.EXECUTED / name, as_version=4)
     assert all(cell.get("execution_count") for cell in executed.cells if cell.cell_type == "code")
     assert hook.NOTEBOOKS.lookup(notebook) is not None
+    printed = printed_text(executed)
+    for pattern in PRINTED.get(notebook.stem, []):
+        assert re.search(pattern, printed, re.MULTILINE), f"{notebook.stem} printed no line matching {pattern!r}"
+
+
+def test_every_page_with_printed_answers_is_a_notebook():
+    assert set(PRINTED) <= {path.stem for path in NOTEBOOKS}
 
 
 def test_the_launched_notebooks_are_notebooks():

@@ -222,12 +222,16 @@ def pinned_classes(rows: int | None, classes: int) -> torch.Tensor:
     return (torch.arange(rows) % classes if rows is not None else torch.tensor(0)).pin_memory()
 
 
+def classes_on(device: torch.device, rows: int | None, classes: int) -> torch.Tensor:
+    """pinned_classes copied to `device` (a copy records no kernel)."""
+    return pinned_classes(rows, classes).to(device, non_blocking=True)
+
+
 def scores_and_classes(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """`a` as nll_loss's scores (a 2-D view where it has more dimensions) and a class for each row, copied to a's
-    device (a copy records no kernel)."""
+    """`a` as nll_loss's scores (a 2-D view where it has more dimensions) and a class for each row, on a's device."""
     scores = a.flatten(1) if a.dim() > 2 else a
-    classes = pinned_classes(scores.shape[0] if scores.dim() == 2 else None, scores.shape[-1] if scores.dim() else 1)
-    return scores, classes.to(a.device, non_blocking=True)
+    return scores, classes_on(a.device, scores.shape[0] if scores.dim() == 2 else None,
+                              scores.shape[-1] if scores.dim() else 1)
 
 
 def nll_loss_forward_of(a: torch.Tensor) -> torch.Tensor:
@@ -280,7 +284,7 @@ def embedding_backward_of(a: torch.Tensor) -> torch.Tensor:
     """The gradient of a 5-row embedding from `a` as the gradient of its lookups, one lookup per row of `a`."""
     x = normalized(a)
     lookups = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    return aten.embedding_dense_backward(x, pinned_classes(lookups, 5).to(x.device, non_blocking=True), 5, -1, False)
+    return aten.embedding_dense_backward(x, classes_on(x.device, lookups, 5), 5, -1, False)
 
 
 def zero_in_place(op, sample, dtype) -> Run:

@@ -728,14 +728,13 @@ static bool copy_with_driver(const at::Tensor& self, const at::Tensor& dst, bool
   return true;
 }
 
-// A copy within one sim device that the CPU's copy takes without an error or a warning is queued, as CUDA's are: no
+// A copy within one sim device (the caller checks that) that the CPU's copy takes without an error or a warning is queued, as CUDA's are: no
 // memory shared between the two, a destination that does not overlap itself, a source that broadcasts to it, and no
 // complex source into a real destination (the CPU warns that it drops the imaginary part). Others wait, so that
 // their error or warning comes from the call.
 static bool queued_copy(const at::Tensor& self, const at::Tensor& dst) {
   const auto zero_tensor = [](const at::Tensor& t) { return t.key_set().has(c10::DispatchKey::ZeroTensor); };
-  return self.device().type() == kSim && self.device() == dst.device() &&
-         !self.storage().is_alias_of(dst.storage()) && at::has_internal_overlap(dst) == at::MemOverlap::No &&
+  return !self.storage().is_alias_of(dst.storage()) && at::has_internal_overlap(dst) == at::MemOverlap::No &&
          at::is_expandable_to(self.sizes(), dst.sizes()) && !(self.is_complex() && !dst.is_complex()) &&
          !zero_tensor(self) && !zero_tensor(dst);
 }
@@ -745,12 +744,13 @@ at::Tensor sim_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non
   if (any_capture() && capture_copy(self, dst)) return dst;  // graphs.cpp: recorded, not run
   if (copy_with_driver(self, dst, non_blocking)) return dst;
   static const std::string kernel_name = "sim::copy_";
-  if (self.device().type() == kSim && self.device() == dst.device() && self.storage().is_alias_of(dst.storage())) {
+  const bool within_one_device = self.device().type() == kSim && self.device() == dst.device();
+  if (within_one_device && self.storage().is_alias_of(dst.storage())) {
     // the checks the CPU's copy makes, which the kernel's host aliases (two storages over the same bytes) would miss
     at::assert_no_internal_overlap(dst);
     at::assert_no_partial_overlap(dst, self);
   }
-  if (queued_copy(self, dst)) {
+  if (within_one_device && queued_copy(self, dst)) {
     launch_copy(self, dst, kernel_name);
     return dst;
   }

@@ -433,6 +433,17 @@ torch::jit::Stack host_route_results(const Registered& registered, const Args&..
   return stack;
 }
 
+template <size_t... index>
+auto tensors_of(torch::jit::Stack&& stack, std::index_sequence<index...>) {
+  return std::make_tuple(std::move(stack[index]).toTensor()...);
+}
+
+// The boxed route's results as an operator of `output_count` tensor results returns them.
+template <size_t output_count, class... Args>
+auto host_route_tensors(const Registered& registered, const Args&... args) {
+  return tensors_of(host_route_results(registered, args...), std::make_index_sequence<output_count>());
+}
+
 template <class... Args>
 at::Tensor on_host_route(const Registered& registered, const Args&... args) {
   auto stack = host_route_results(registered, args...);
@@ -673,10 +684,8 @@ struct DirectNllLossForward
   static std::tuple<at::Tensor, at::Tensor> call(const at::Tensor& self, const at::Tensor& target,
                                                  const std::optional<at::Tensor>& weight, int64_t reduction,
                                                  int64_t ignore_index) {
-    if (!direct(self, target, weight, reduction, ignore_index)) {
-      auto results = host_route_results(*registered, self, target, weight, reduction, ignore_index);
-      return {std::move(results[0]).toTensor(), std::move(results[1]).toTensor()};
-    }
+    if (!direct(self, target, weight, reduction, ignore_index))
+      return host_route_tensors<2>(*registered, self, target, weight, reduction, ignore_index);
     auto [output, total_weight] = launched<2>(self, target, weight, reduction, ignore_index);
     return {std::move(output), std::move(total_weight)};
   }
@@ -753,10 +762,8 @@ struct DirectLayerNorm {
 
   static Results call(const at::Tensor& input, c10::IntArrayRef normalized_shape,
                       const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps) {
-    if (!layer_norm_sized_at_call(input, normalized_shape, weight, bias)) {
-      auto results = host_route_results(*registered, input, normalized_shape, weight, bias, eps);
-      return {std::move(results[0]).toTensor(), std::move(results[1]).toTensor(), std::move(results[2]).toTensor()};
-    }
+    if (!layer_norm_sized_at_call(input, normalized_shape, weight, bias))
+      return host_route_tensors<3>(*registered, input, normalized_shape, weight, bias, eps);
     const auto statistics = layer_norm_statistics_sizes(input, normalized_shape);
     Results outputs{contiguous_output(input.sizes(), input), contiguous_output(statistics, input),
                     contiguous_output(statistics, input)};
@@ -796,11 +803,9 @@ struct DirectLayerNormBackward {
   static Results call(const at::Tensor& grad_out, const at::Tensor& input, c10::IntArrayRef normalized_shape,
                       const at::Tensor& mean, const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
                       const std::optional<at::Tensor>& bias, std::array<bool, 3> output_mask) {
-    if (!sized_at_call(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask)) {
-      auto results =
-          host_route_results(*registered, grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask);
-      return {std::move(results[0]).toTensor(), std::move(results[1]).toTensor(), std::move(results[2]).toTensor()};
-    }
+    if (!sized_at_call(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask))
+      return host_route_tensors<3>(*registered, grad_out, input, normalized_shape, mean, rstd, weight, bias,
+                                   output_mask);
     Results outputs{output_mask[0] ? contiguous_output(input.sizes(), input) : at::Tensor(),
                     output_mask[1] ? contiguous_output(weight->sizes(), *weight) : at::Tensor(),
                     output_mask[2] ? contiguous_output(bias->sizes(), *bias) : at::Tensor()};

@@ -55,7 +55,7 @@ def privateuse1_owner() -> str | None:
     """The name another backend gave PrivateUse1 in this process, if one did."""
     import torch
 
-    name = torch._C._get_privateuse1_backend_name()
+    name = torch.device("privateuseone").type
     return None if name in ("privateuseone", "sim") else name
 
 

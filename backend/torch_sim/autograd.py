@@ -37,28 +37,31 @@ def _record(method: str) -> None:
         runtime.record_interface_call("autograd", method, "aten::silu")
 
 
+def _below_autograd(keyset: torch.DispatchKeySet) -> torch.DispatchKeySet:
+    """The keys left for silu's next kernel: the call goes on to sim's own (PrivateUse1) kernel."""
+    return keyset.remove(torch.DispatchKey.AutogradPrivateUse1)
+
+
 class _SiluOnDeviceKernels(torch.autograd.Function):
     @staticmethod
-    def forward(context, input: torch.Tensor) -> torch.Tensor:
+    def forward(context, keyset: torch.DispatchKeySet, input: torch.Tensor) -> torch.Tensor:
         _record("forward")
-        with torch._C._AutoDispatchBelowAutograd():
-            output = torch.ops.aten.silu.default(input)
+        output = torch.ops.aten.silu.default.redispatch(_below_autograd(keyset), input)
         context.save_for_backward(input)
         return output
 
     @staticmethod
-    def backward(context, grad_output: torch.Tensor) -> torch.Tensor:
+    def backward(context, grad_output: torch.Tensor) -> tuple[None, torch.Tensor]:
         _record("backward")
         (input,) = context.saved_tensors
-        return torch.ops.aten.silu_backward.default(grad_output, input)
+        return None, torch.ops.aten.silu_backward.default(grad_output, input)
 
 
-def silu_autograd_kernel(input: torch.Tensor) -> torch.Tensor:
+def silu_autograd_kernel(keyset: torch.DispatchKeySet, input: torch.Tensor) -> torch.Tensor:
     """The AutogradPrivateUse1 kernel of aten::silu on sim: the autograd.Function only when a gradient is needed."""
     if not (torch.is_grad_enabled() and input.requires_grad):
-        with torch._C._AutoDispatchBelowAutograd():
-            return torch.ops.aten.silu.default(input)
-    return _SiluOnDeviceKernels.apply(input)
+        return torch.ops.aten.silu.default.redispatch(_below_autograd(keyset), input)
+    return _SiluOnDeviceKernels.apply(keyset, input)
 
 
 def _let_autograd_threads_finish() -> None:
@@ -78,5 +81,5 @@ def install() -> None:
     global _library
     atexit.register(_let_autograd_threads_finish)
     _library = torch.library.Library("aten", "IMPL")
-    _library.impl("silu", silu_autograd_kernel, "AutogradPrivateUse1")
+    _library.impl("silu", silu_autograd_kernel, "AutogradPrivateUse1", with_keyset=True)
     load_runtime().install_recurrent_autograd(list(RECURRENT_OPERATORS))

@@ -167,7 +167,7 @@ def _recording(name: str, function: Callable, method: bool = False, record: bool
     @functools.wraps(function)
     def recorded(*args: Any, **kwargs: Any) -> Any:
         depth = getattr(_traced_depth, "value", 0)
-        from_pytorch = interface != DEVICE_MODULE_INTERFACE and not sys._getframe(1).f_code.co_filename.startswith(
+        from_pytorch = interface != DEVICE_MODULE_INTERFACE and not inspect.currentframe().f_back.f_code.co_filename.startswith(
             _package_folder(torch_sim))
         if (depth == 0 or from_pytorch) and record:
             shown = args[1:] if method else args

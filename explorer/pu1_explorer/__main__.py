@@ -212,9 +212,9 @@ def command_scorecard(arguments: argparse.Namespace) -> None:
     if not os.access(folder, os.W_OK):
         raise PermissionError(f"-o {arguments.folder}: the folder is not writable")
     device = torch.device(arguments.device).type
-    if device != torch._C._get_privateuse1_backend_name():
+    if device != torch.device("privateuseone").type:
         raise ValueError(f"--device {arguments.device}: a scorecard is for the PrivateUse1 backend "
-                         f"({torch._C._get_privateuse1_backend_name()!r}), not {device!r}")
+                         f"({torch.device('privateuseone').type!r}), not {device!r}")
     unknown = [name for name in arguments.probes or [] if name not in PROBE_NAMES]
     if unknown:
         raise ValueError(f"--probe {unknown[0]!r}: unknown; the probes are {', '.join(PROBE_NAMES)}")

@@ -21,7 +21,7 @@ class UnknownDeviceError(ValueError):
 
 def privateuse1_backend() -> str | None:
     """The name the loaded PrivateUse1 backend registered ('sim', 'toy', ...), or None if no backend renamed it."""
-    name = torch._C._get_privateuse1_backend_name()
+    name = torch.device("privateuseone").type
     return None if name == UNRENAMED else name
 
 

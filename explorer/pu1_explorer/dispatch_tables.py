@@ -190,15 +190,15 @@ def computed_table(operator: str) -> dict[str, KernelEntry]:
 
 def canonical_key(key: str) -> str:
     """Accept the backend's renamed spelling too: 'sim' -> 'PrivateUse1', 'AutogradSim' -> 'AutogradPrivateUse1'."""
-    backend = torch._C._get_privateuse1_backend_name()
+    backend = torch.device("privateuseone").type
     if backend != "privateuseone":
         for prefix in ("", "Autograd", "Autocast", "Sparse", "Quantized", "NestedTensor"):
             if key.lower() == (prefix + backend).lower():
                 return prefix + "PrivateUse1"
     try:
-        getattr(torch._C.DispatchKey, key)
+        getattr(torch.DispatchKey, key)
     except AttributeError:
-        names = [name for name in dir(torch._C.DispatchKey) if not name.startswith("_")]
+        names = [name for name in dir(torch.DispatchKey) if not name.startswith("_")]
         suggestions = difflib.get_close_matches(key, names, n=3)
         hint = f"; did you mean {', '.join(suggestions)}?" if suggestions else ""
         if not hint:
@@ -229,7 +229,7 @@ def role_keys(backend: str) -> dict[str, str]:
     suffix = "PrivateUse1" if key == "PrivateUse1" else key
     keys = {"Autocast": f"Autocast{suffix}", "Autograd": f"Autograd{suffix}", "ADInplaceOrView": "ADInplaceOrView",
             "BackendSelect": "BackendSelect", "Backend": key}
-    return {role: name for role, name in keys.items() if hasattr(torch._C.DispatchKey, name)}
+    return {role: name for role, name in keys.items() if hasattr(torch.DispatchKey, name)}
 
 
 def backend_tables(operator: str, backends: tuple[str, ...] | list[str]) -> dict[str, list[KernelEntry]]:

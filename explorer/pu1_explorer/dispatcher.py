@@ -20,17 +20,17 @@ def dump_table(operator: str) -> str:
     return torch._C._dispatch_dump_table(operator)
 
 
-def tensor_key_set(tensor: torch.Tensor) -> torch._C.DispatchKeySet:
+def tensor_key_set(tensor: torch.Tensor) -> torch.DispatchKeySet:
     """The dispatch key set `tensor` carries (before the current thread's local include and exclude sets)."""
     return torch._C._dispatch_keys(tensor)
 
 
-def thread_local_include_set() -> torch._C.DispatchKeySet:
+def thread_local_include_set() -> torch.DispatchKeySet:
     """The keys the current thread adds to every call's key set."""
     return torch._C._dispatch_tls_local_include_set()
 
 
-def thread_local_exclude_set() -> torch._C.DispatchKeySet:
+def thread_local_exclude_set() -> torch.DispatchKeySet:
     """The keys the current thread removes from every call's key set."""
     return torch._C._dispatch_tls_local_exclude_set()
 

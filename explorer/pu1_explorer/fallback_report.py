@@ -8,8 +8,8 @@ Works for any PrivateUse1 backend (or any other backend key with a fallback).
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
-import sys
 import threading
 import warnings
 from collections import Counter
@@ -19,7 +19,7 @@ from typing import Any, Iterator
 import torch
 
 from pu1_explorer import dispatcher
-from pu1_explorer.boxed import call_original
+from pu1_explorer.boxed import call_original, native_helper
 from pu1_explorer.dispatch_tables import FALLBACK, KERNEL, MISSING, canonical_key, entry_from_dump, short_path
 
 _LIBRARY_DIRECTORIES = tuple(os.path.dirname(module.__file__) + os.sep for module in (torch, contextlib))
@@ -100,7 +100,7 @@ def user_call_site(skip_directories: tuple[str, ...] = ()) -> str:
     """'file:line in function' of the innermost frame that is not PyTorch's, the explorer's or the standard library's."""
     own = os.path.dirname(__file__) + os.sep
     skipped = _LIBRARY_DIRECTORIES + (own,) + skip_directories
-    frame = sys._getframe(1)
+    frame = inspect.currentframe().f_back
     while frame is not None:
         filename = frame.f_code.co_filename
         # the reference workloads are code the user runs, though they ship with the explorer
@@ -109,8 +109,8 @@ def user_call_site(skip_directories: tuple[str, ...] = ()) -> str:
                 return f"notebook cell, line {frame.f_lineno} in {frame.f_code.co_name}"
             return f"{short_path(filename)}:{frame.f_lineno} in {frame.f_code.co_name}"
         frame = frame.f_back
-    node = torch._C._current_autograd_node()
-    return f"(backward: {node.name()})" if node is not None else "(no Python caller)"
+    node = native_helper().current_backward_node()
+    return f"(backward: {node})" if node is not None else "(no Python caller)"
 
 
 def fallback_operators(backend_key: str = "PrivateUse1") -> list[str]:
@@ -145,7 +145,7 @@ def monitor_fallbacks(backend_key: str = "PrivateUse1") -> Iterator[FallbackRepo
     `at::native::cpu_fallback`) are told apart by watching `aten::_to_cpu` inside them.
     """
     key = canonical_key(backend_key)
-    name = torch._C._get_privateuse1_backend_name() if key == "PrivateUse1" else key
+    name = torch.device("privateuseone").type if key == "PrivateUse1" else key
     report = FallbackReport(name, key)
     lock = threading.Lock()
     local = threading.local()
@@ -198,7 +198,7 @@ def monitor_fallbacks(backend_key: str = "PrivateUse1") -> Iterator[FallbackRepo
         return kernel
 
     library = dispatcher.library("IMPL", "aten")
-    dispatch_key = getattr(torch._C.DispatchKey, key)
+    dispatch_key = getattr(torch.DispatchKey, key)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for operators, counted in ((fallbacks, True), (kernels, False)):

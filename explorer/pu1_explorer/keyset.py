@@ -16,8 +16,8 @@ import torch
 
 from pu1_explorer import dispatcher
 
-DispatchKey = torch._C.DispatchKey
-DispatchKeySet = torch._C.DispatchKeySet
+DispatchKey = torch.DispatchKey
+DispatchKeySet = torch.DispatchKeySet
 WORD_BITS = 64
 
 
@@ -108,7 +108,7 @@ def layout() -> tuple[dict[int, str], dict[int, str], dict[tuple[int, int], str]
             functionalities.setdefault(functionality[0], name)
         elif len(functionality) == 1 and len(backend) == 1:
             runtime.setdefault((functionality[0], backend[0]), name)
-    # Functionality keys that torch._C.DispatchKey does not list still print their names in a key set.
+    # Functionality keys that torch.DispatchKey does not list still print their names in a key set.
     # The word's top bit is left out: torch asserts when it is printed alone.
     for index in range(max(backends) + 1, WORD_BITS - 1):
         if index not in functionalities:
@@ -136,7 +136,7 @@ def _word_of(subject: object) -> tuple[int, str]:
             device = torch.device(subject)
         except RuntimeError as error:
             raise ValueError(f"{subject!r} is not a device ({error}); pass a tensor, a device such as "
-                             f"'{torch._C._get_privateuse1_backend_name()}' or a DispatchKeySet") from None
+                             f"'{torch.device('privateuseone').type}' or a DispatchKeySet") from None
         try:
             tensor = torch.empty(0, device=device)
         except (RuntimeError, AssertionError, NotImplementedError) as error:
@@ -167,7 +167,7 @@ def key_set(subject: object, *, include_thread_local: bool = True) -> KeySetPict
     backend_mask = sum(1 << index for index in backends)
     effective = (raw | include) & (backend_mask | ~exclude) & ((1 << WORD_BITS) - 1)
     keys = priority_order(effective)
-    device_name = torch._C._get_privateuse1_backend_name()
+    device_name = torch.device('privateuseone').type
 
     def bit(index: int, name: str, is_backend: bool) -> Bit:
         return Bit(index, name, bool(raw >> index & 1), bool(include >> index & 1 and not raw >> index & 1),

@@ -41,7 +41,7 @@ def device_types_torch_knows() -> list[str]:
         listed = re.search(r"Expected one of (.*?) device type", str(error))
         if listed:
             names = [name.strip() for name in listed.group(1).split(",")]
-            return names + [torch._C._get_privateuse1_backend_name()]
+            return names + [torch.device("privateuseone").type]
     raise RuntimeError("could not read torch's list of device types from torch.device's error message")
 
 

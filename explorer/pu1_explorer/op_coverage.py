@@ -278,21 +278,7 @@ def structured_delegates() -> dict[str, str]:
 
 @functools.lru_cache(maxsize=1)
 def core_operators() -> frozenset[str]:
-    """The overloads tagged core ATen (torch.Tag.core)."""
-    try:  # the tags the dispatcher registered, without building torch.ops objects (about 10 times faster)
-        core = set()
-        for name in dispatcher.operator_names():
-            if name.startswith("aten::"):
-                base, _, overload = name.partition(".")
-                found = torch._C._get_operation_overload(base, overload)
-                if found is not None and torch.Tag.core in found[2]:
-                    core.add(name)
-        return frozenset(core)
-    except (AttributeError, RuntimeError, TypeError, IndexError):  # a torch whose private function differs
-        return _core_operators_through_torch_ops()
-
-
-def _core_operators_through_torch_ops() -> frozenset[str]:
+    """The overloads tagged core ATen (torch.Tag.core), read from each overload's public `tags`."""
     core = set()
     for name in dispatcher.operator_names():
         if not name.startswith("aten::"):
@@ -365,7 +351,7 @@ def coverage(backend_key: str = "PrivateUse1", label: str | None = None, namespa
                         operator_family(operator))
             for operator, (backend, autograd, autocast) in sorted(statuses.items())]
     privateuse1 = privateuse1_backend()
-    name = label or (torch._C._get_privateuse1_backend_name() if key == "PrivateUse1" else key)
+    name = label or (torch.device("privateuseone").type if key == "PrivateUse1" else key)
     tables = MeasuredTables(columns, table_keys, list(line_index), table_rows)
     return CoverageSnapshot(key, name, rows, privateuse1=privateuse1, process=this_process(), tables=tables)
 

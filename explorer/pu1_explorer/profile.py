@@ -25,7 +25,7 @@ def timeline(prof, backend: str | None = None, top_level_only: bool = False) -> 
     """Host operators (by thread) and PrivateUse1 kernels of a finished profile, in start order."""
     import torch
 
-    backend = backend or torch._C._get_privateuse1_backend_name()
+    backend = backend or torch.device("privateuseone").type
     spans: list[TimelineSpan] = []
     events = list(prof.events())
     operators = {event.id: event.name for event in events if event.device_type == DeviceType.CPU}

@@ -182,8 +182,8 @@ Trace.hops = property(_get_hops, _set_hops, doc="The hops, in the order they sta
 
 
 def _higher_first(first: str, second: str) -> int:
-    keyset = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, first)).add(
-        getattr(torch._C.DispatchKey, second))
+    keyset = torch.DispatchKeySet(getattr(torch.DispatchKey, first)).add(
+        getattr(torch.DispatchKey, second))
     return -1 if str(keyset.highestPriorityTypeId()).split(".")[-1] == first else 1
 
 
@@ -195,11 +195,11 @@ def key_priority() -> tuple[str, ...]:
                    "CompositeExplicitAutogradNonFunctional", "CompositeImplicitAutogradNestedTensor",
                    "FuncTorchBatchedDecomposition"}
     runtime = []
-    for name in dir(torch._C.DispatchKey):
+    for name in dir(torch.DispatchKey):
         if name.startswith(("_", "StartOf", "EndOf")) or name in not_runtime:
             continue
         with contextlib.suppress(Exception):
-            torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, name)).add(torch._C.DispatchKey.CPU)
+            torch.DispatchKeySet(getattr(torch.DispatchKey, name)).add(torch.DispatchKey.CPU)
             runtime.append(name)
     return tuple(sorted(runtime, key=functools.cmp_to_key(_higher_first)))
 

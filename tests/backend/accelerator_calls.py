@@ -94,7 +94,7 @@ def is_available() -> None:
 @scenario
 def current_accelerator() -> None:
     assert torch.accelerator.current_accelerator(check_available=True) == torch.device(name())
-    assert accelerator().type == torch._C._get_privateuse1_backend_name()
+    assert accelerator().type == torch.device("privateuseone").type
 
 
 @scenario

@@ -1,8 +1,10 @@
-"""The project's C++ (sim's, the explorer's and the example backends') reaches torch through its public interfaces: no
-call of an underscore member, except the operators and process-group methods a backend must implement, whose names
-torch gives an underscore."""
+"""The project reaches torch through its public interfaces. Its C++ (sim's, the explorer's and the example backends')
+calls no underscore member, except the operators and process-group methods a backend must implement, whose names
+torch gives an underscore; its Python (sim's and the explorer's) names no private member of torch or of `sys` but for a
+published list of those that have no public equivalent, each with its reason."""
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -14,6 +16,7 @@ import torch_sim
 CSRC = Path(torch_sim.__file__).parent / "csrc"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 EXPLORER_CSRC = Path(pu1_explorer.__file__).parent / "csrc"
+PYTHON_PACKAGES = [Path(pu1_explorer.__file__).parent, Path(torch_sim.__file__).parent]
 
 # A call of an underscore name through a member (`t._set_conj(`, `impl->_x(`) or a namespace (`at::_x(`).
 UNDERSCORE_CALL = re.compile(r"(?:\.|->|::)\s*(_[a-z]\w*)\s*\(")
@@ -49,6 +52,73 @@ def test_the_projects_cpp_calls_no_underscore_member_of_torch_but_the_integratio
     found = {f"{path.name}: {name}" for path in files for name in underscore_calls(path.read_text())
              if name not in INTEGRATION_POINTS}
     assert found == set(), "the project's C++ calls underscore members of torch; use their public forms"
+
+
+# A private name of torch, by the dotted prefix that reaches it, and why nothing public does the same.
+NO_PUBLIC_EQUIVALENT = {
+    "torch._C._dispatch_": "the dispatcher's own introspection, the explorer's subject; only pu1_explorer.dispatcher "
+                           "calls it (tests/explorer/test_import_boundary.py)",
+    "torch._register_device_module": "how a PrivateUse1 backend becomes torch.<name>, as PyTorch's reference backend does",
+    "torch._utils.get_tensor_metadata": "PyTorch's serialization hook for a backend's tensor metadata",
+    "torch._utils.set_tensor_metadata": "PyTorch's serialization hook for a backend's tensor metadata",
+    "torch._dynamo.device_interface": "where torch.compile learns a new device (register_interface_for_device)",
+    "torch._inductor": "where inductor learns a new device's code generation (register_backend_for_device)",
+    "torch.testing._internal": "PyTorch's own device-generic tests and OpInfo database, which the scorecard runs",
+    "torch.utils._pytree": "flattens OpInfo's sample inputs as PyTorch's own tests do",
+    "OpOverload._schema": "an operator's schema: torch.ops gives it by no other name",
+}
+
+
+def private_torch_names(source: str) -> set[str]:
+    """Dotted names in `source` that reach a private member of torch, of Python's sys (`sys._getframe`), or an
+    operator's `_schema`."""
+    found = set()
+    tree = ast.parse(source)
+    inner_chains = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == "_schema":
+            found.add("OpOverload._schema")
+        if isinstance(node, ast.Attribute) and id(node) not in inner_chains:
+            parts = []
+            inner = node
+            while isinstance(inner, ast.Attribute):
+                parts.append(inner.attr)
+                inner = inner.value
+            if isinstance(inner, ast.Name) and inner.id in ("torch", "sys"):
+                dotted = [inner.id] + parts[::-1]
+                if dotted[:2] == ["torch", "ops"]:  # operator names (aten::_softmax) are not Python members
+                    continue
+                private = [index for index, part in enumerate(dotted) if part.startswith("_")
+                           and not part.startswith("__")]
+                if private:
+                    found.add(".".join(dotted[:private[-1] + 2]))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ("torch", "sys"):
+            for alias in node.names:
+                dotted = f"{node.module}.{alias.name}"
+                if any(part.startswith("_") and not part.startswith("__") for part in dotted.split(".")[1:]):
+                    found.add(dotted)
+    return found
+
+
+def unlisted(names: set[str]) -> set[str]:
+    return {name for name in names if not any(name.startswith(prefix) for prefix in NO_PUBLIC_EQUIVALENT)}
+
+
+def test_the_check_finds_private_members_however_they_are_named():
+    source = ("import sys, torch\nfrom torch._C import _get_privateuse1_backend_name\n"
+              "torch._C._get_privateuse1_backend_name()\nsys._getframe(1)\ntorch.ops.aten._softmax.default\n"
+              "torch.device('privateuseone').type\ntorch._C._dispatch_keys(x)\ntorch.ops.aten.mm.default._schema\n")
+    assert private_torch_names(source) == {"torch._C._get_privateuse1_backend_name", "sys._getframe",
+                                           "torch._C._dispatch_keys", "OpOverload._schema"}
+    assert unlisted(private_torch_names(source)) == {"torch._C._get_privateuse1_backend_name", "sys._getframe"}
+
+
+def test_the_explorer_and_sim_call_no_private_member_that_has_a_public_equivalent():
+    files = [path for package in PYTHON_PACKAGES for path in sorted(package.rglob("*.py"))]
+    assert PYTHON_PACKAGES[0] / "fallback_report.py" in files and PYTHON_PACKAGES[1] / "device_module.py" in files
+    offenders = {f"{path.parent.name}/{path.name}": sorted(names) for path in files
+                 if (names := unlisted(private_torch_names(path.read_text())))}
+    assert offenders == {}, "use the public form of these, or list the member with the reason it has none"
 
 
 def test_tensors_whose_lazy_bits_sim_carries_keep_them_on_every_route():

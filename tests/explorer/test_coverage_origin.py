@@ -72,7 +72,7 @@ def test_a_snapshot_of_toy_drills_into_toys_tables_not_sims(fixture_backend_env,
     assert result.returncode == 0, result.stderr
     snapshot = snapshot_from_json(result.stdout)
     assert (snapshot.label, snapshot.privateuse1) == ("toy", "toy") and snapshot.process != this_process()
-    assert torch._C._get_privateuse1_backend_name() == "sim"
+    assert torch.device("privateuseone").type == "sim"
     widget = CoverageExplorer(snapshot=snapshot)
     for operator in ("aten::mul.Tensor", "aten::flip"):
         widget.drill.value = operator

@@ -43,7 +43,7 @@ def test_build_is_reused_and_torch_toy_does_not_autoload(fixture_backend_env):
     assert build_toy_backend(target) == fixture_backend_env
     after = toy_library(target).stat()
     assert (after.st_ino, after.st_mtime_ns, after.st_size) == (before.st_ino, before.st_mtime_ns, before.st_size)
-    result = run_python("import torch; print(torch._C._get_privateuse1_backend_name(), hasattr(torch, 'toy'))",
+    result = run_python("import torch; print(torch.device('privateuseone').type, hasattr(torch, 'toy'))",
                         **fixture_backend_env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["privateuseone", "False"]

@@ -108,7 +108,7 @@ def dispatcher_calls(source: str) -> list[str]:
 def test_the_check_finds_every_way_of_naming_a_dispatcher_function():
     source = ("import torch\nfrom torch import _C as C\nfrom torch._C import _dispatch_keys\n"
               "torch._C._dispatch_dump_table('aten::add')\nC._dispatch_get_all_op_names()\n"
-              "getattr(torch._C, '_dispatch_library')\ntorch._C._get_privateuse1_backend_name()\n"
+              "getattr(torch._C, '_dispatch_library')\ntorch.device('privateuseone').type\n"
               "'torch._C._dispatch_keys in a string'\n")
     assert sorted(dispatcher_calls(source)) == ["_dispatch_dump_table", "_dispatch_get_all_op_names", "_dispatch_keys",
                                                 "_dispatch_library"]

@@ -35,7 +35,7 @@ def test_the_layout_is_read_from_torch_and_sim_borrows_the_privateuse1_bit():
     for index, name in functionalities.items():
         if name in DispatchKey.__members__:
             assert DispatchKeySet(DispatchKey.__members__[name]).raw_repr() == 1 << index, name
-    assert torch._C._dispatch_key_for_device(torch._C._get_privateuse1_backend_name()) == "PrivateUse1"
+    assert torch._C._dispatch_key_for_device(torch.device("privateuseone").type) == "PrivateUse1"
 
 
 def test_a_sim_tensor_sets_the_privateuse1_bit_and_a_cpu_tensor_the_cpu_bit():

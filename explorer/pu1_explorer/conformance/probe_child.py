@@ -35,7 +35,7 @@ def preflight(config: dict) -> None:
     which modules the OpInfo sweeps need but cannot import."""
     try:
         torch = harness.setup(config["device"], config["imports"])
-        harness.emit("preflight", name=torch._C._get_privateuse1_backend_name(), version=torch.__version__,
+        harness.emit("preflight", name=torch.device("privateuseone").type, version=torch.__version__,
                      module=hasattr(torch, config["device"]), missing=harness.missing_requirements())
     except BaseException as error:
         harness.emit("fatal", detail=harness.describe(error))

@@ -371,7 +371,7 @@ def serialization(device: str, imports: Sequence[str] = ()) -> None:
       'registers the device), and none when TORCH_DEVICE_BACKEND_AUTOLOAD=0')
 def autoload(device: str, imports: Sequence[str] = ()) -> None:
     """A fresh `import torch` alone registers the device (run without the backend's `imports`)."""
-    name = torch._C._get_privateuse1_backend_name()
+    name = torch.device("privateuseone").type
     if name != device:
         reason = f"a fresh `import torch` alone does not register {device!r} (PrivateUse1 is still {name!r})"
         if os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD") == "0":

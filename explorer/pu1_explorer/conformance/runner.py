@@ -98,7 +98,7 @@ def preflight(device: str, imports: Sequence[str] = (), env: dict[str, str] | No
     """
     torch = sys.modules.get("torch")
     if torch is not None and not env and all(spec in sys.modules for spec in imports):
-        name = torch._C._get_privateuse1_backend_name()
+        name = torch.device("privateuseone").type
         if name == device:
             found = {"name": name, "version": torch.__version__, "module": hasattr(torch, device),
                      "missing": missing_requirements()}

@@ -8,6 +8,7 @@ two costs the parent only that operator. "fatal" says the process could not star
 """
 from __future__ import annotations
 
+import inspect
 import json
 import re
 import sys
@@ -221,7 +222,7 @@ def extract_test_fn() -> Callable | None:
     every frame; OpInfo calls it for every sample input, where it took most of a sweep's time.
     """
     try:
-        frame = sys._getframe()
+        frame = inspect.currentframe()
         while frame is not None:
             candidate = frame.f_locals.get("self")
             if isinstance(candidate, unittest.TestCase):

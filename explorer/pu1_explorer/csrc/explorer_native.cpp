@@ -16,6 +16,7 @@
 #include <ctime>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -517,8 +518,17 @@ class Session {
 void bind_access_recorder(py::module& module);  // access_recorder.cpp
 void bind_operator_counter(py::module& module);  // operator_counter.cpp
 
+// The name of the autograd node this thread is computing in a backward pass, or None outside one.
+std::optional<std::string> current_backward_node() {
+  auto node = torch::autograd::get_current_node();
+  if (!node) return std::nullopt;
+  return node->name();
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("wrapped_number", &wrapped_number);
+  module.def("current_backward_node", &current_backward_node,
+             "The name of the autograd node this thread computes in a backward pass, or None outside one.");
   bind_access_recorder(module);
   bind_operator_counter(module);
   py::class_<Session>(module, "HopRecorder",

@@ -286,7 +286,7 @@ def memory_figure(samples: Sequence[dict], capacities: dict[int, int] | None = N
     are left out (the subtitle names them), a capacity within reach is a line."""
     import torch
 
-    device_type = device_type or torch._C._get_privateuse1_backend_name()
+    device_type = device_type or torch.device("privateuseone").type
     figure = go.Figure()
     devices = sorted({sample["device"] for sample in samples})
     dashes = {"allocated": "solid", "reserved": "dot", "peak": "dash"}

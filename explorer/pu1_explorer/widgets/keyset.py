@@ -20,7 +20,7 @@ class KeySetView(ExplorerWidget):
 
         if subject is not None and device is not None:
             raise TypeError("KeySetView() takes a tensor (or key set) or device=, not both")
-        self.subject = subject if subject is not None else device or torch._C._get_privateuse1_backend_name()
+        self.subject = subject if subject is not None else device or torch.device("privateuseone").type
         self.title = title
         self.picture: KeySetPicture = key_set(self.subject, include_thread_local=include_thread_local)
         self.thread_local = ipywidgets.Checkbox(value=include_thread_local,

@@ -66,6 +66,45 @@ def test_a_queued_kernel_starts_after_its_operator_began_and_a_waited_for_one_en
     assert absolutes_kernel.end <= absolute.end
 
 
+def test_copies_show_as_the_devices_memcpy_records_linked_to_the_operator_that_queued_them(tmp_path):
+    """As CUDA's driver reports its copies to the profiler, sim's reports each copy it ran (simActivityEnable):
+    timed on the device, named by direction and host memory, on the stream it ran on."""
+    host = torch.randn(256, 256)
+    pinned = torch.randn(256, 256).pin_memory()
+    side = torch.sim.Stream()
+    with profile(activities=SIM_ACTIVITIES) as prof:
+        on_device = host.to("sim")
+        with torch.sim.stream(side):
+            side.wait_stream(torch.sim.default_stream())
+            from_pinned = pinned.to("sim", non_blocking=True)
+        back = on_device.cpu()
+        torch.sim.synchronize()
+    assert torch.equal(back, host) and torch.equal(from_pinned.cpu(), pinned)
+    copies = {event.name: event for event in sim_kernels(prof) if event.name.startswith("Memcpy")}
+    assert sorted(copies) == ["Memcpy DtoH (Device -> Pageable)", "Memcpy HtoD (Pageable -> Device)",
+                              "Memcpy HtoD (Pinned -> Device)"]
+    copy_from = [event for event in prof.events() if event.name == "aten::_copy_from"]
+    assert sorted(kernel.name for event in copy_from for kernel in event.kernels) == sorted(copies)
+    for event in copy_from:
+        (copy,) = event.kernels
+        assert event.time_range.start <= copies[copy.name].time_range.start
+    assert all(copy.time_range.end >= copy.time_range.start for copy in copies.values())
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    traced = {event["name"]: event for event in json.loads(path.read_text())["traceEvents"]
+              if event.get("name", "").startswith("Memcpy")}
+    assert traced["Memcpy HtoD (Pinned -> Device)"]["tid"] == side.stream_id
+    assert traced["Memcpy HtoD (Pageable -> Device)"]["tid"] == 0 and traced["Memcpy HtoD (Pageable -> Device)"]["pid"] == 0
+
+
+def test_copies_outside_the_profiled_region_are_not_recorded():
+    host = torch.randn(64, 64)
+    with profile(activities=SIM_ACTIVITIES) as prof:
+        torch.sim.synchronize()
+    host.to("sim").cpu()
+    assert [event.name for event in sim_kernels(prof)] == []
+
+
 def test_chrome_trace_shows_sim_work_on_a_track_of_its_own(tmp_path):
     a, _ = matmul_and_relu()
     with profile(activities=SIM_ACTIVITIES) as prof:

@@ -230,6 +230,39 @@ simStatus_t simMemcpyAsync(void* dst, const void* src, size_t bytes, simMemcpyKi
 /* Sets `bytes` bytes of device memory to `value` when the stream reaches this point. */
 simStatus_t simMemsetAsync(void* pointer, int value, size_t bytes, simStream_t stream);
 
+/* ----------------------------------------------------------------------------- activity */
+
+/* What a profiler learns of the copies and memsets the device ran, as a real driver's activity
+   interface reports them (CUPTI's, for CUDA): one record per copy or memset, with its start and end on
+   the device's clock and the correlation id its submitting thread set. Kernels are not reported here:
+   their launcher times them. */
+typedef enum simActivityKind { simActivityMemcpy = 0, simActivityMemset = 1 } simActivityKind;
+
+typedef struct simActivityRecord {
+  simActivityKind kind;
+  simMemcpyKind copy_kind;          /* simActivityMemcpy: which way, never simMemcpyDefault */
+  int source_pinned;                /* the host end of a copy is pinned memory (simMallocHost) */
+  int destination_pinned;
+  size_t bytes;
+  int device;
+  unsigned long long stream_id;     /* simStreamGetId's */
+  long long start_ns;               /* the device's clock (simActivityGetTimestamp) */
+  long long end_ns;
+  unsigned long long correlation;   /* simActivitySetCorrelation's value when it was queued; 0 if none */
+} simActivityRecord;
+
+/* Called once per copy or memset that ran, on the thread that ran it, with no lock of the driver's held.
+   It must not call the driver. */
+typedef void (*simActivityCallback_t)(const simActivityRecord* record, void* user_data);
+
+/* Reports each copy and memset queued from now on to `callback`; NULL stops the reports (work queued
+   before still reports to the callback it was queued under). */
+simStatus_t simActivityEnable(simActivityCallback_t callback, void* user_data);
+/* The calling thread's correlation id for the copies and memsets it queues from now on; 0 for none. */
+simStatus_t simActivitySetCorrelation(unsigned long long correlation);
+/* The device's clock now, in nanoseconds: the clock of activity records and event records. */
+simStatus_t simActivityGetTimestamp(long long* nanoseconds);
+
 /* ----------------------------------------------------------------------------- launch */
 
 /* A kernel: host code the executor runs on the device's behalf. It returns 0 on success; any

@@ -35,6 +35,13 @@ constexpr size_t kAlignment = 256;
 // may also run (run_on_caller) without starting a team of its own.
 constexpr size_t kParallelCopyBytes = size_t(512) << 10;
 
+// A copy or memset queued while activity reports are on: whom to tell once it ran, and what.
+struct ActivityNote {
+  simActivityCallback_t callback = nullptr;
+  void* user_data = nullptr;
+  simActivityRecord record{};
+};
+
 // One unit of a stream's work.
 struct Task {
   enum class Kind { Kernel, Copy, Memset, Record, Wait, Free, OnCaller };  // OnCaller: simLaunchKernelSync's place
@@ -51,6 +58,7 @@ struct Task {
   std::unique_ptr<unsigned char[]> staging;  // a pageable source's bytes, copied at submission
   std::shared_ptr<simEvent_st> event;
   uint64_t generation = 0;  // Record: the generation it completes; Wait: the one it waits for
+  std::unique_ptr<ActivityNote> activity;  // Copy, Memset: reported once it ran (activity.cpp)
 };
 
 // Runs the release callback of a task that will never run, or has run.
@@ -145,6 +153,8 @@ struct Driver {
   std::unordered_map<const simEvent_st*, std::shared_ptr<simEvent_st>> event_handles;
   std::map<uintptr_t, size_t> pinned;  // simMallocHost blocks: start -> bytes
   unsigned long long next_stream_id = 0;
+  simActivityCallback_t activity_callback = nullptr;  // simActivityEnable
+  void* activity_user_data = nullptr;
   uint64_t serve_counter = 0;
   std::thread executor;               // the running executor, or the last one, which retired
   bool executor_started = false;     // at the first device's activation
@@ -221,6 +231,12 @@ void open_device_memory();
 void close_device_memory();
 // Frees the allocation starting at `pointer` (a queued simFreeAsync); nothing if there is none.
 void release_allocation_at(void* pointer);
+
+// Activity (activity.cpp): under the driver's mutex, gives a copy or memset about to be queued on `stream` its
+// note while reports are on; outside it, reports a task that ran between the two device clock times.
+void note_activity(Task& task, simActivityKind kind, simMemcpyKind copy_kind, bool source_pinned,
+                   bool destination_pinned, const simStream_st& stream);
+void report_activity(Task& task, int64_t start_ns, int64_t end_ns);
 
 // Runs a kernel task on the executor; non-zero: it failed, and `message` may say why (launch.cpp).
 int run_kernel(Task& task, std::string* message);

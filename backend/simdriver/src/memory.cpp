@@ -131,6 +131,12 @@ struct CopyEnd {
   int device = -1;
 };
 
+// Which way a copy between two checked ends goes.
+simMemcpyKind copy_kind(const CopyEnd& from, const CopyEnd& to) {
+  if (from.on_device) return to.on_device ? simMemcpyDeviceToDevice : simMemcpyDeviceToHost;
+  return to.on_device ? simMemcpyHostToDevice : simMemcpyHostToHost;
+}
+
 simStatus_t check_copy_end(const char* call, const char* role, const void* pointer, size_t bytes, int wanted,
                            CopyEnd* end) {
   // wanted: 1 device, 0 host, -1 either (simMemcpyDefault)
@@ -421,6 +427,7 @@ simStatus_t simMemcpy(void* dst, const void* src, size_t bytes, simMemcpyKind ki
   task.dst = dst;
   task.src = src;
   task.bytes = bytes;
+  simdriver::note_activity(task, simActivityMemcpy, copy_kind(from, to), from.pinned, to.pinned, *stream);
   if (bytes < simdriver::kParallelCopyBytes) return simdriver::run_on_caller(lock, stream, std::move(task));
   simdriver::wait_for_task(lock, stream, simdriver::submit(stream, std::move(task)));
   return simdriver::take_pending_error(device);
@@ -444,6 +451,7 @@ simStatus_t simMemcpyAsync(void* dst, const void* src, size_t bytes, simMemcpyKi
   task.dst = dst;
   task.src = src;
   task.bytes = bytes;
+  simdriver::note_activity(task, simActivityMemcpy, copy_kind(from, to), from.pinned, to.pinned, *target);
   if (!from.on_device && !from.pinned) {
     // Pageable memory may change as soon as the call returns: its bytes travel in the driver's buffer.
     task.staging.reset(new unsigned char[bytes]);
@@ -475,6 +483,7 @@ simStatus_t simMemsetAsync(void* pointer, int value, size_t bytes, simStream_t s
   task.dst = pointer;
   task.value = value;
   task.bytes = bytes;
+  simdriver::note_activity(task, simActivityMemset, simMemcpyDeviceToDevice, false, false, *target);
   return simdriver::finish_submission(lock, target, simdriver::submit(target, std::move(task)));
 }
 

@@ -109,16 +109,15 @@ void copy_bytes(void* dst, const void* src, size_t bytes) {
 
 // Runs a copy, memset or kernel with the mutex released; returns the kernel's code.
 int run_outside_lock(Task& task, std::string* detail) {
-  switch (task.kind) {
-    case Task::Kind::Copy:
-      copy_bytes(task.dst, task.src, task.bytes);
-      return 0;
-    case Task::Kind::Memset:
-      std::memset(task.dst, task.value, task.bytes);
-      return 0;
-    default:
-      return simdriver::run_kernel(task, detail);
+  if (task.kind != Task::Kind::Copy && task.kind != Task::Kind::Memset) return simdriver::run_kernel(task, detail);
+  const int64_t start_ns = task.activity ? simdriver::device_clock_ns() : 0;
+  if (task.kind == Task::Kind::Copy) {
+    copy_bytes(task.dst, task.src, task.bytes);
+  } else {
+    std::memset(task.dst, task.value, task.bytes);
   }
+  if (task.activity) simdriver::report_activity(task, start_ns, simdriver::device_clock_ns());
+  return 0;
 }
 
 bool awaited_task_finished(const simStream_st& stream) {

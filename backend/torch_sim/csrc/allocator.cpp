@@ -274,8 +274,9 @@ struct SimAllocator final : c10::DeviceAllocator {
     if (count == 0) return;
     if (on_device()) return static_cast<void>(std::memcpy(dest, src, count));  // a kernel's own copy, not one queued after it
     const DeviceIndex device = device_of_pointer(src).value_or(t_current_device);
-    simStream_t stream = driver_stream(current_stream(c10::Device(kSim, device)));
-    driver_call(simMemcpyAsync(dest, src, count, simMemcpyDeviceToDevice, stream), "simMemcpyAsync");
+    const c10::Stream stream = current_stream(c10::Device(kSim, device));
+    CopyRecordScope recorded(stream);
+    driver_call(simMemcpyAsync(dest, src, count, simMemcpyDeviceToDevice, driver_stream(stream)), "simMemcpyAsync");
   }
   bool initialized() override {
     SIM_TRACE("allocator", "initialized", "");

@@ -49,8 +49,10 @@ void grow_storage(const c10::Storage& storage, size_t new_bytes) {
     if (on_device()) {
       std::memcpy(fresh.get(), storage.data(), storage.nbytes());  // a kernel's own copy, not one queued after it
     } else {
-      simStream_t stream = driver_stream(current_stream(c10::Device(kSim, device)));
-      driver_call(simMemcpyAsync(fresh.get(), storage.data(), storage.nbytes(), simMemcpyDeviceToDevice, stream),
+      const c10::Stream stream = current_stream(c10::Device(kSim, device));
+      CopyRecordScope recorded(stream);
+      driver_call(simMemcpyAsync(fresh.get(), storage.data(), storage.nbytes(), simMemcpyDeviceToDevice,
+                                 driver_stream(stream)),
                   "simMemcpyAsync");
     }
   }
@@ -712,6 +714,7 @@ static bool copy_with_driver(const at::Tensor& self, const at::Tensor& dst, bool
     std::optional<HostWait> wait;  // into pageable memory, the driver returns once the copy ran
     if (kind != simMemcpyDeviceToDevice) wait.emplace();
     // dense with equal strides: both blocks start at element 0 and span nbytes()
+    CopyRecordScope recorded(stream);
     driver_call(simMemcpyAsync(dst.data_ptr(), self.data_ptr(), self.nbytes(), kind, handle), "simMemcpyAsync");
   }
   const at::Tensor& host = from_device ? dst : self;

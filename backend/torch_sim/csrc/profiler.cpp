@@ -9,6 +9,9 @@
 //   host clock, device, stream), tagged with the correlation id of the operator that launched it,
 //   and hands them to kineto linked to that operator. That gives key_averages() its sim time
 //   columns and the Chrome trace a track per sim device and stream.
+//   Copies and memsets are the driver's own work, which sim's code does not run: the driver reports each one it
+//   ran through its activity interface (simActivityEnable), timed on the device's clock, and sim adds them to the
+//   same records, as "Memcpy HtoD (Pageable -> Device)" and the like, linked to the operator that queued them.
 // - profiler stubs (ProfilerStubs), for the legacy profiler
 //   (`torch.autograd.profiler.profile(use_device="sim", use_kineto=False)`): two device events
 //   recorded on the current stream around each operator, and the time between them.
@@ -37,12 +40,14 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace sim {
 
 // ------------------------------------------------------------ kernel records
 struct KernelRecord {
+  libkineto::ActivityType type;  // CONCURRENT_KERNEL, GPU_MEMCPY or GPU_MEMSET
   std::string name;
   int64_t start_ns;
   int64_t end_ns;
@@ -62,7 +67,59 @@ void record_kernel(const std::string& name, int64_t start_ns, int64_t end_ns, c1
   c10::StreamId stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::PrivateUse1)->getStream(device).id();
   uint64_t correlation = t_correlation.empty() ? 0 : t_correlation.back();
   std::lock_guard<std::mutex> lock(g_kernels_mutex);
-  g_kernels.push_back({name, start_ns, end_ns, device.index(), stream, correlation});
+  g_kernels.push_back({libkineto::ActivityType::CONCURRENT_KERNEL, name, start_ns, end_ns, device.index(), stream,
+                       correlation});
+}
+
+// ------------------------------------------------------------ copy records
+// A copy sim queued while recording: the stream and operator its record names, by the correlation id it was queued
+// under (the driver's records carry that id back).
+struct PendingCopy {
+  c10::DeviceIndex device;
+  c10::StreamId stream;
+  uint64_t correlation;
+};
+static std::unordered_map<uint64_t, PendingCopy> g_pending_copies;  // under g_kernels_mutex
+static uint64_t g_last_copy_id = 0;
+static std::atomic<int64_t> g_host_minus_device_ns{0};  // the host clock (c10::getTime) less the device's
+
+static std::string activity_name(const simActivityRecord& record) {
+  if (record.kind == simActivityMemset) return "Memset (Device)";
+  switch (record.copy_kind) {
+    case simMemcpyHostToDevice:
+      return std::string("Memcpy HtoD (") + (record.source_pinned ? "Pinned" : "Pageable") + " -> Device)";
+    case simMemcpyDeviceToHost:
+      return std::string("Memcpy DtoH (Device -> ") + (record.destination_pinned ? "Pinned" : "Pageable") + ")";
+    default:
+      return "Memcpy DtoD (Device -> Device)";
+  }
+}
+
+static void record_copy_activity(const simActivityRecord* record, void*) {
+  const int64_t offset = g_host_minus_device_ns.load(std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(g_kernels_mutex);
+  auto found = g_pending_copies.find(record->correlation);
+  if (found == g_pending_copies.end()) return;  // not queued by sim while recording
+  const PendingCopy copy = found->second;
+  g_pending_copies.erase(found);
+  g_kernels.push_back({record->kind == simActivityMemset ? libkineto::ActivityType::GPU_MEMSET
+                                                          : libkineto::ActivityType::GPU_MEMCPY,
+                       activity_name(*record), record->start_ns + offset, record->end_ns + offset, copy.device,
+                       copy.stream, copy.correlation});
+}
+
+CopyRecordScope::CopyRecordScope(const c10::Stream& stream) {
+  if (!recording_kernels()) return;
+  {
+    std::lock_guard<std::mutex> lock(g_kernels_mutex);
+    id_ = ++g_last_copy_id;
+    g_pending_copies[id_] = {stream.device_index(), stream.id(), operator_correlation()};
+  }
+  driver_call(simActivitySetCorrelation(id_), "simActivitySetCorrelation");
+}
+
+CopyRecordScope::~CopyRecordScope() {
+  if (id_ != 0) simActivitySetCorrelation(0);
 }
 
 uint64_t operator_correlation() { return t_correlation.empty() ? 0 : t_correlation.back(); }
@@ -78,7 +135,12 @@ class SimProfilerSession final : public libkineto::IActivityProfilerSession {
     {
       std::lock_guard<std::mutex> lock(g_kernels_mutex);
       g_kernels.clear();
+      g_pending_copies.clear();
     }
+    long long device_now = 0;
+    driver_call(simActivityGetTimestamp(&device_now), "simActivityGetTimestamp");
+    g_host_minus_device_ns = c10::getTime() - device_now;
+    driver_call(simActivityEnable(&record_copy_activity, nullptr), "simActivityEnable");
     buffer_->span.startTime = c10::getTime();
     g_recording_kernels = true;
     status_ = libkineto::TraceStatus::RECORDING;
@@ -87,6 +149,7 @@ class SimProfilerSession final : public libkineto::IActivityProfilerSession {
   void stop() override {
     SIM_TRACE("profiler", "session.stop", "");
     g_recording_kernels = false;
+    driver_call(simActivityEnable(nullptr, nullptr), "simActivityEnable");
     buffer_->span.endTime = c10::getTime();
     status_ = libkineto::TraceStatus::PROCESSING;
   }
@@ -110,8 +173,7 @@ class SimProfilerSession final : public libkineto::IActivityProfilerSession {
       kernels.swap(g_kernels);
     }
     for (const KernelRecord& kernel : kernels) {
-      auto activity = std::make_unique<libkineto::GenericTraceActivity>(
-          buffer_->span, libkineto::ActivityType::CONCURRENT_KERNEL, kernel.name);
+      auto activity = std::make_unique<libkineto::GenericTraceActivity>(buffer_->span, kernel.type, kernel.name);
       activity->startTime = kernel.start_ns;
       activity->endTime = kernel.end_ns;
       activity->device = kernel.device;
@@ -188,7 +250,9 @@ class SimActivityProfiler final : public libkineto::IActivityProfiler {
 
  private:
   std::string name_{"sim"};
-  std::set<libkineto::ActivityType> activities_{libkineto::ActivityType::CONCURRENT_KERNEL};
+  std::set<libkineto::ActivityType> activities_{libkineto::ActivityType::CONCURRENT_KERNEL,
+                                                libkineto::ActivityType::GPU_MEMCPY,
+                                                libkineto::ActivityType::GPU_MEMSET};
 };
 
 using torch::profiler::impl::ProfilerStubs;

@@ -203,6 +203,19 @@ struct CorrelationScope {
   explicit CorrelationScope(uint64_t id);
   ~CorrelationScope();
 };
+// While the profiler records, the driver's copies and memsets queued in this scope on `stream` are recorded as that
+// stream's device activity ("Memcpy HtoD (Pageable -> Device)"), timed by the driver and linked to this thread's
+// innermost operator.
+class CopyRecordScope {
+ public:
+  explicit CopyRecordScope(const c10::Stream& stream);
+  ~CopyRecordScope();
+  CopyRecordScope(const CopyRecordScope&) = delete;
+  CopyRecordScope& operator=(const CopyRecordScope&) = delete;
+
+ private:
+  uint64_t id_ = 0;
+};
 
 // Each file's Python functions, bound into torch_sim._C by runtime.cpp.
 void bind_allocator(pybind11::module& module);

@@ -1,7 +1,7 @@
 """What torch.profiler saw of a PrivateUse1 device: host operators and the device kernels they launched.
 
 `timeline(prof)` turns a finished `torch.profiler.profile` into plain rows, one per host
-operator and one per device kernel, each kernel naming the operator that launched it, so
+operator and one per device kernel or copy, each naming the operator that launched it, so
 a figure, a test or a script can show where device time went for any PrivateUse1 backend.
 """
 from __future__ import annotations
@@ -19,10 +19,15 @@ class TimelineSpan:
     end_us: float
     launched_by: str      # for a kernel, the host operator that launched it; "" on the host
     depth: int = 0        # nesting of host operators (0: called from Python)
+    kind: str = "operator"  # "operator" on the host; on the device "kernel", or "copy" (a Memcpy or Memset record)
+
+
+# How a driver names its copies and memsets in a profile (CUDA's "Memcpy HtoD (Pageable -> Device)", sim's alike).
+COPY_PREFIXES = ("Memcpy", "Memset")
 
 
 def timeline(prof, backend: str | None = None, top_level_only: bool = False) -> list[TimelineSpan]:
-    """Host operators (by thread) and PrivateUse1 kernels of a finished profile, in start order."""
+    """Host operators (by thread) and PrivateUse1 kernels and copies of a finished profile, in start order."""
     import torch
 
     backend = backend or torch.device("privateuseone").type
@@ -36,8 +41,9 @@ def timeline(prof, backend: str | None = None, top_level_only: bool = False) -> 
     for event in events:
         if event.device_type == DeviceType.PrivateUse1:
             parent = operators.get(getattr(event, "linked_correlation_id", 0), "")
+            kind = "copy" if event.name.startswith(COPY_PREFIXES) else "kernel"
             spans.append(TimelineSpan(f"{backend} {event.device_index}", event.name, event.time_range.start,
-                                      event.time_range.end, parent))
+                                      event.time_range.end, parent, kind=kind))
         elif event.device_type == DeviceType.CPU:
             depth = 0
             parent = event.cpu_parent

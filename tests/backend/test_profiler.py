@@ -95,6 +95,15 @@ def test_copies_show_as_the_devices_memcpy_records_linked_to_the_operator_that_q
               if event.get("name", "").startswith("Memcpy")}
     assert traced["Memcpy HtoD (Pinned -> Device)"]["tid"] == side.stream_id
     assert traced["Memcpy HtoD (Pageable -> Device)"]["tid"] == 0 and traced["Memcpy HtoD (Pageable -> Device)"]["pid"] == 0
+    spans = timeline(prof)  # the explorer's rows tell copies from kernels, and its figure draws them apart
+    assert {span.kind for span in spans if span.name in copies} == {"copy"}
+    assert {span.kind for span in spans if span.name == "aten::_copy_from"} == {"operator"}
+    from pu1_explorer.widgets.figures import profile_timeline_figure
+    figure = profile_timeline_figure(spans)
+    drawn = {trace.name: set(trace.text) for trace in figure.data}
+    assert drawn["device copy"] == set(copies) and "aten::_copy_from" in drawn["host operator"]
+    length = max(span.end_us for span in spans) - min(span.start_us for span in spans)
+    assert all(width >= length / 120 for trace in figure.data for width in trace.x), "a short copy would not show"
 
 
 def test_copies_outside_the_profiled_region_are_not_recorded():

@@ -320,7 +320,8 @@ def memory_figure(samples: Sequence[dict], capacities: dict[int, int] | None = N
 
 
 def profile_timeline_figure(spans: Sequence[TimelineSpan], title: str = "What the profiler saw") -> go.Figure:
-    """One row per host thread and nesting level and per device: operators on the host, kernels on the device, in µs."""
+    """One row per host thread and nesting level and per device: operators on the host, kernels and copies on the
+    device, in µs."""
     def row_of(span: TimelineSpan) -> str:
         return f"{span.track}, depth {span.depth}" if span.track.startswith("host") else span.track
 
@@ -330,12 +331,17 @@ def profile_timeline_figure(spans: Sequence[TimelineSpan], title: str = "What th
             rows.append(row_of(span))
     rows.sort(key=lambda row: (not row.startswith("host"), not row.startswith("host,"), row))
     figure = go.Figure()
-    for is_device, colour, legend in ((False, "#1e88e5", "host operator"), (True, "#2e7d32", "device kernel")):
-        chosen = [span for span in spans if (not span.track.startswith("host")) == is_device]
+    # a bar is at least 1/120 of the profile wide, so that a kernel or copy of a few µs shows (hover: its real time)
+    length = max((span.end_us for span in spans), default=0) - min((span.start_us for span in spans), default=0)
+    shortest = length / 120
+    for kind, colour, legend in (("operator", "#1e88e5", "host operator"), ("kernel", "#2e7d32", "device kernel"),
+                                 ("copy", "#ef6c00", "device copy")):
+        chosen = [span for span in spans if span.kind == kind]
         if not chosen:
             continue
         figure.add_trace(go.Bar(
-            base=[span.start_us for span in chosen], x=[max(span.end_us - span.start_us, 0.5) for span in chosen],
+            base=[span.start_us for span in chosen],
+            x=[max(span.end_us - span.start_us, shortest, 0.5) for span in chosen],
             y=[row_of(span) for span in chosen], orientation="h",
             marker_color=colour, name=legend, text=[span.name for span in chosen], textposition="inside",
             insidetextanchor="middle", textangle=0,

@@ -167,8 +167,8 @@ def _recording(name: str, function: Callable, method: bool = False, record: bool
     @functools.wraps(function)
     def recorded(*args: Any, **kwargs: Any) -> Any:
         depth = getattr(_traced_depth, "value", 0)
-        from_pytorch = interface != DEVICE_MODULE_INTERFACE and not inspect.currentframe().f_back.f_code.co_filename.startswith(
-            _package_folder(torch_sim))
+        from_pytorch = (interface != DEVICE_MODULE_INTERFACE
+                        and not inspect.currentframe().f_back.f_code.co_filename.startswith(_package_folder(torch_sim)))
         if (depth == 0 or from_pytorch) and record:
             shown = args[1:] if method else args
             _runtime().record_interface_call(interface, name, _arguments_text(shown, kwargs))

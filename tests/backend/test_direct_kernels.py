@@ -17,6 +17,7 @@ from typing import Any, Callable
 import pytest
 import torch
 import torch_sim.operators
+from pu1_explorer.profile import COPY_PREFIXES
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 from torch.testing import make_tensor
@@ -223,7 +224,7 @@ def pinned_classes(rows: int | None, classes: int) -> torch.Tensor:
 
 
 def classes_on(device: torch.device, rows: int | None, classes: int) -> torch.Tensor:
-    """pinned_classes copied to `device` (a copy records no kernel)."""
+    """pinned_classes copied to `device` (the driver's copy, not a kernel)."""
     return pinned_classes(rows, classes).to(device, non_blocking=True)
 
 
@@ -928,7 +929,7 @@ SIM_ACTIVITIES = [ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]
 def sim_kernel_names(prof) -> list[str]:
     """sim's kernels in the profile: its device activity but for the driver's copies (a call's classes, copied in)."""
     return [event.name for event in prof.events()
-            if event.device_type == DeviceType.PrivateUse1 and not event.name.startswith("Memcpy ")]
+            if event.device_type == DeviceType.PrivateUse1 and not event.name.startswith(COPY_PREFIXES)]
 
 
 def test_a_direct_mul_records_one_sim_kernel_per_call_linked_to_its_operator():

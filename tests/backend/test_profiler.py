@@ -94,7 +94,8 @@ def test_copies_show_as_the_devices_memcpy_records_linked_to_the_operator_that_q
     traced = {event["name"]: event for event in json.loads(path.read_text())["traceEvents"]
               if event.get("name", "").startswith("Memcpy")}
     assert traced["Memcpy HtoD (Pinned -> Device)"]["tid"] == side.stream_id
-    assert traced["Memcpy HtoD (Pageable -> Device)"]["tid"] == 0 and traced["Memcpy HtoD (Pageable -> Device)"]["pid"] == 0
+    pageable = traced["Memcpy HtoD (Pageable -> Device)"]
+    assert (pageable["pid"], pageable["tid"]) == (0, 0)
     spans = timeline(prof)  # the explorer's rows tell copies from kernels, and its figure draws them apart
     assert {span.kind for span in spans if span.name in copies} == {"copy"}
     assert {span.kind for span in spans if span.name == "aten::_copy_from"} == {"operator"}

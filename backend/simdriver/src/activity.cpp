@@ -57,7 +57,8 @@ simStatus_t simActivitySetCorrelation(unsigned long long correlation) {
 
 simStatus_t simActivityGetTimestamp(long long* nanoseconds) {
   if (simStatus_t status = simdriver::enter(); status != simSuccess) return status;
-  if (nanoseconds == nullptr) return simdriver::fail(simErrorInvalidValue, "simActivityGetTimestamp: nanoseconds is NULL");
+  if (nanoseconds == nullptr)
+    return simdriver::fail(simErrorInvalidValue, "simActivityGetTimestamp: nanoseconds is NULL");
   *nanoseconds = simdriver::device_clock_ns();
   return simSuccess;
 }

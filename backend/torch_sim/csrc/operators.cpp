@@ -46,15 +46,7 @@ void grow_storage(const c10::Storage& storage, size_t new_bytes) {
   }
   t_current_device = previous;
   if (storage.nbytes() > 0 && storage.data() != nullptr) {
-    if (on_device()) {
-      std::memcpy(fresh.get(), storage.data(), storage.nbytes());  // a kernel's own copy, not one queued after it
-    } else {
-      const c10::Stream stream = current_stream(c10::Device(kSim, device));
-      CopyRecordScope recorded(stream);
-      driver_call(simMemcpyAsync(fresh.get(), storage.data(), storage.nbytes(), simMemcpyDeviceToDevice,
-                                 driver_stream(stream)),
-                  "simMemcpyAsync");
-    }
+    device_allocator().copy_data(fresh.get(), storage.data(), storage.nbytes());
   }
   auto* impl = storage.unsafeGetStorageImpl();
   impl->set_data_ptr_noswap(std::move(fresh));
@@ -731,10 +723,10 @@ static bool copy_with_driver(const at::Tensor& self, const at::Tensor& dst, bool
   return true;
 }
 
-// A copy within one sim device (the caller checks that) that the CPU's copy takes without an error or a warning is queued, as CUDA's are: no
-// memory shared between the two, a destination that does not overlap itself, a source that broadcasts to it, and no
-// complex source into a real destination (the CPU warns that it drops the imaginary part). Others wait, so that
-// their error or warning comes from the call.
+// A copy within one sim device (the caller checks that) that the CPU's copy takes without an error or a warning is
+// queued, as CUDA's are: no memory shared between the two, a destination that does not overlap itself, a source that
+// broadcasts to it, and no complex source into a real destination (the CPU warns that it drops the imaginary part).
+// Others wait, so that their error or warning comes from the call.
 static bool queued_copy(const at::Tensor& self, const at::Tensor& dst) {
   const auto zero_tensor = [](const at::Tensor& t) { return t.key_set().has(c10::DispatchKey::ZeroTensor); };
   return !self.storage().is_alias_of(dst.storage()) && at::has_internal_overlap(dst) == at::MemOverlap::No &&

@@ -203,7 +203,7 @@ struct CorrelationScope {
   explicit CorrelationScope(uint64_t id);
   ~CorrelationScope();
 };
-// While the profiler records, the driver's copies and memsets queued in this scope on `stream` are recorded as that
+// While the profiler records, the driver's copies queued in this scope on `stream` are recorded as that
 // stream's device activity ("Memcpy HtoD (Pageable -> Device)"), timed by the driver and linked to this thread's
 // innermost operator.
 class CopyRecordScope {

@@ -858,6 +858,23 @@ def test_in_place_on_a_sliced_view_leaves_the_rest_of_the_storage_alone():
     assert torch.equal(on_sim[:, 1::2].cpu(), x[:, 1::2])
 
 
+def test_launches_that_reuse_earlier_launches_handles_see_their_own_geometry_dtype_and_aliasing():
+    """A launching thread reuses the tensor handles and byte storages of launches the device has run (a ring of
+    256 of each): across several turns of the ring, every later launch computes with its own arguments."""
+    cases = [
+        (lambda a, b: a * b, operand((64, 64), torch.float32, 1), operand((64, 64), torch.float32, 2)),
+        (lambda a, b: a.t() + b, operand((5, 7), torch.float64, 3), operand((7, 5), torch.float64, 4)),
+        (lambda a: a[1:] * a[:-1], operand((9,), torch.int64, 5)),
+        (lambda a: a[2:].add_(a[:2].sum()), operand((6,), torch.float16, 6)),
+        (lambda a, b: a.conj() * b, operand((4, 3), torch.complex64, 7), operand((4, 3), torch.complex64, 8)),
+        (lambda a, b: torch.where(a > 0, a, b), operand((3, 1, 5), torch.bfloat16, 9),
+         operand((4, 5), torch.bfloat16, 10)),
+    ]
+    for turn in range(60):
+        for index, (function, *args) in enumerate(cases):
+            assert_same_as_cpu(function, *args, label=f"case {index}, turn {turn}")
+
+
 # ---------------------------------------------------------------------------------------------- 5. devices
 @pytest.mark.usefixtures("settled_memory")
 @pytest.mark.parametrize("name", COVERED)

@@ -160,21 +160,68 @@ struct LaunchStorages {
   }
 };
 
+// Launches are many and alike, so a launching thread reuses the byte storages and the handles of device memory
+// that launches the device has run no longer hold, instead of allocating new ones: it keeps a reference to each
+// in a ring, and an entry whose only reference is the ring's is free. (An entry still in use when the ring comes
+// round to it is left to its launch and replaced.)
+bool present(const c10::Storage& storage) { return static_cast<bool>(storage); }
+bool present(const at::Tensor& tensor) { return tensor.defined(); }
+
+template <class Entry>
+class Recycler {
+ public:
+  // The ring's next entry if it is free, or a new one from `make`, which the ring then keeps.
+  template <class Make>
+  Entry& next(bool* reused, Make make) {
+    Entry& slot = ring_[cursor_++ % ring_.size()];
+    *reused = present(slot) && slot.use_count() == 1;
+    if (!*reused) slot = make();
+    return slot;
+  }
+
+ private:
+  std::array<Entry, 256> ring_;
+  size_t cursor_ = 0;
+};
+thread_local Recycler<c10::Storage> t_byte_storages;
+thread_local Recycler<at::Tensor> t_device_handles;
+
 c10::Storage device_bytes(const c10::Storage& storage) {
   for (const auto& [owner, bytes] : t_launch_storages)
     if (owner == storage.unsafeGetStorageImpl()) return bytes;
   void* data = storage.unsafeGetStorageImpl()->mutable_data();
-  c10::Storage bytes(c10::Storage::use_byte_size_t(), storage.nbytes(), c10::DataPtr(data, storage.device()),
-                     /*allocator=*/nullptr, /*resizable=*/false);
+  bool reused = false;
+  c10::Storage& bytes = t_byte_storages.next(&reused, [&] {
+    return c10::Storage(c10::Storage::use_byte_size_t(), storage.nbytes(), c10::DataPtr(data, storage.device()),
+                        /*allocator=*/nullptr, /*resizable=*/false);
+  });
+  if (reused) {
+    bytes.set_data_ptr_noswap(c10::DataPtr(data, storage.device()));
+    bytes.set_nbytes(storage.nbytes());
+  }
   if (t_launches_built > 0) t_launch_storages.emplace_back(storage.unsafeGetStorageImpl(), bytes);
   return bytes;
 }
 
+// A handle of device memory: plain ones (no conjugate or negative bit) come from the thread's ring.
+at::Tensor device_handle(const at::Tensor& t) {
+  if (t.is_conj() || t.is_neg()) return tensor_on_storage(device_bytes(t.storage()), c10::DispatchKey::PrivateUse1, t);
+  bool reused = false;
+  at::Tensor& handle = t_device_handles.next(&reused, [&] {
+    return tensor_on_storage(device_bytes(t.storage()), c10::DispatchKey::PrivateUse1, t);
+  });
+  if (reused) {
+    c10::TensorImpl* impl = handle.unsafeGetTensorImpl();
+    impl->set_storage_and_dtype(device_bytes(t.storage()), t.dtype());
+    impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  }
+  return handle;
+}
+
 at::Tensor kernel_handle(const at::Tensor& t) {
   if (!t.defined()) return t;
-  const bool on_device = t.device().type() == kSim;
-  const auto key = on_device ? c10::DispatchKey::PrivateUse1 : c10::DispatchKey::CPU;
-  at::Tensor handle = tensor_on_storage(on_device ? device_bytes(t.storage()) : c10::Storage(t.storage()), key, t);
+  if (t.device().type() == kSim) return device_handle(t);
+  at::Tensor handle = tensor_on_storage(c10::Storage(t.storage()), c10::DispatchKey::CPU, t);
   if (t.unsafeGetTensorImpl()->is_wrapped_number()) handle.unsafeGetTensorImpl()->set_wrapped_number(true);
   return handle;
 }

@@ -129,7 +129,7 @@ def pytorchs_binary_cross_entropy_refusal(probabilities: torch.Tensor, targets: 
     """What PyTorch's own autocast kernel for CUDA says about binary_cross_entropy (it needs no CUDA to refuse)."""
     kernel = torch.library.get_kernel("aten::binary_cross_entropy", "AutocastCUDA")
     with pytest.raises(RuntimeError) as raised:
-        kernel.call_boxed(torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCUDA), probabilities, targets)
+        kernel.call_boxed(torch.DispatchKeySet(torch.DispatchKey.AutocastCUDA), probabilities, targets)
     return str(raised.value)
 
 

@@ -16,11 +16,11 @@ from torch._inductor.utils import run_and_get_code
 
 @pytest.fixture(autouse=True)
 def fresh_dynamo():
-    torch._dynamo.reset()
+    torch.compiler.reset()
     metrics.reset()
     counters.clear()
     yield
-    torch._dynamo.reset()
+    torch.compiler.reset()
 
 
 def small_mlp() -> torch.nn.Module:

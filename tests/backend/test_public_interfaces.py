@@ -1,7 +1,7 @@
 """The project reaches torch through its public interfaces. Its C++ (sim's, the explorer's and the example backends')
 calls no underscore member, except the operators and process-group methods a backend must implement, whose names
-torch gives an underscore; its Python (sim's and the explorer's) names no private member of torch or of `sys` but for a
-published list of those that have no public equivalent, each with its reason."""
+torch gives an underscore; its Python (sim's, the explorer's and the tests') names no private member of torch or of
+`sys` but for a published list of those that have no public equivalent, each with its reason."""
 from __future__ import annotations
 
 import ast
@@ -119,6 +119,48 @@ def test_the_explorer_and_sim_call_no_private_member_that_has_a_public_equivalen
     offenders = {f"{path.parent.name}/{path.name}": sorted(names) for path in files
                  if (names := unlisted(private_torch_names(path.read_text())))}
     assert offenders == {}, "use the public form of these, or list the member with the reason it has none"
+
+
+TESTS = Path(__file__).resolve().parents[1]
+
+# What the tests name beyond NO_PUBLIC_EQUIVALENT, and why nothing public does the same.
+TESTS_NO_PUBLIC_EQUIVALENT = {
+    "torch._C._AutoDispatchBelowAutograd": "the dispatcher's state below autograd, whose key set the explorer's "
+                                           "picture of it is checked against",
+    "torch._C._acc": "PyTorch's own C++ test accelerator, a second backend the explorer and sim are checked beside",
+    "torch._dynamo.utils.counters": "torch.compile's count of graphs and graph breaks, what a compile test reads",
+    "torch._dynamo.lookup_backend": "the object registered under a torch.compile backend's name "
+                                    "(torch.compiler.list_backends gives only the names)",
+    "torch.utils._python_dispatch.TorchDispatchMode": "the base class of a dispatch mode, the dispatcher's Python "
+                                                      "key that test_keyset draws; torch exports it nowhere else",
+    "torch.sim.": "sim's own modules (this project's, not torch's), such as its GPU trace hooks, named as CUDA's are",
+}
+
+
+def is_operator_binding(name: str) -> bool:
+    """`torch._foreach_add_`: the Python binding of an ATen operator whose name torch gives an underscore, the
+    operator a test calls, not a private member."""
+    parts = name.split(".")
+    return len(parts) == 2 and hasattr(torch.ops.aten, parts[1])
+
+
+def test_the_tests_call_no_private_member_that_has_a_public_equivalent():
+    files = sorted(TESTS.rglob("*.py"))
+    assert TESTS / "explorer" / "test_keyset.py" in files and TESTS / "backend" / "test_compile.py" in files
+    offenders = {}
+    for path in files:
+        names = {name for name in unlisted(private_torch_names(path.read_text()))
+                 if not is_operator_binding(name)
+                 and not any(name.startswith(prefix) for prefix in TESTS_NO_PUBLIC_EQUIVALENT)}
+        if names:
+            offenders[str(path.relative_to(TESTS))] = sorted(names)
+    assert offenders == {}, "use the public form of these, or list the member with the reason it has none"
+
+
+def test_an_operators_binding_is_told_apart_from_a_private_member():
+    assert is_operator_binding("torch._foreach_add_") and is_operator_binding("torch._assert_async")
+    assert not is_operator_binding("torch._register_device_module")
+    assert not is_operator_binding("torch._C._dispatch_keys")
 
 
 def test_tensors_whose_lazy_bits_sim_carries_keep_them_on_every_route():

@@ -13,7 +13,7 @@ from pu1_explorer.widgets.figures import key_set_figure
 from tests.conftest import run_forked
 from tests.explorer.test_foreign_backend import FOREIGN_BACKEND
 
-DispatchKey, DispatchKeySet = torch._C.DispatchKey, torch._C.DispatchKeySet
+DispatchKey, DispatchKeySet = torch.DispatchKey, torch.DispatchKeySet
 
 
 def effective_names(bits):

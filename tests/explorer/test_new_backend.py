@@ -269,7 +269,7 @@ def test_compiled_conv2d_on_the_generated_backend_matches_eager_in_either_memory
         outcome = {}
         for layout in (torch.contiguous_format, torch.channels_last):
             for training in (True, False):
-                torch._dynamo.reset()
+                torch.compiler.reset()
                 torch.manual_seed(0)
                 reference = torch.nn.Conv2d(3, 8, 3, padding=1, stride=2)
                 model = torch.nn.Conv2d(3, 8, 3, padding=1, stride=2).to("mydev", memory_format=layout)

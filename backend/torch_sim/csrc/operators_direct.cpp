@@ -205,11 +205,10 @@ c10::Storage device_bytes(const c10::Storage& storage) {
 
 // A handle of device memory: plain ones (no conjugate or negative bit) come from the thread's ring.
 at::Tensor device_handle(const at::Tensor& t) {
-  if (t.is_conj() || t.is_neg()) return tensor_on_storage(device_bytes(t.storage()), c10::DispatchKey::PrivateUse1, t);
+  auto fresh = [&] { return tensor_on_storage(device_bytes(t.storage()), c10::DispatchKey::PrivateUse1, t); };
+  if (t.is_conj() || t.is_neg()) return fresh();
   bool reused = false;
-  at::Tensor& handle = t_device_handles.next(&reused, [&] {
-    return tensor_on_storage(device_bytes(t.storage()), c10::DispatchKey::PrivateUse1, t);
-  });
+  at::Tensor& handle = t_device_handles.next(&reused, fresh);
   if (reused) {
     c10::TensorImpl* impl = handle.unsafeGetTensorImpl();
     impl->set_storage_and_dtype(device_bytes(t.storage()), t.dtype());

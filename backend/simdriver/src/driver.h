@@ -121,6 +121,8 @@ struct simContext_st {
   size_t limit = 0;       // simDeviceSetMemoryLimit
   size_t used = 0;
   bool open_for_executor = false;                 // discrete memory: mprotect'ed readable and writable
+  size_t extent = 0;  // discrete memory: the part of the range allocations have reached, the only part ever opened
+  size_t opened = 0;  // discrete memory: how much of the range is open now
   std::map<size_t, size_t> free_ranges;           // offset -> bytes
   struct Allocation {
     size_t size;       // rounded up to kAlignment: what it takes of the range

@@ -5,6 +5,11 @@
 // no memory is committed until touched) and hands out pieces of it, first fit. With discrete memory
 // the range is PROT_NONE; the executor opens it with mprotect while it runs tasks and closes it
 // when it goes idle, and a SIGSEGV inside a range is reported as a host access to device memory.
+// An mprotect costs in proportion to the pages it changes, and a host thread waiting on a kernel pays
+// one on each side of it, so discrete memory is backed by huge pages (transparent, where the kernel
+// lets a range ask for them) and only the part allocations have reached is ever opened or closed.
+// That part alone asks for huge pages, which keeps it a mapping (VMA) of its own, so that opening and
+// closing it never splits and merges the range's mapping.
 #include "driver.h"
 
 #include <signal.h>
@@ -24,6 +29,7 @@ using simdriver::fail;
 using simdriver::hex;
 
 constexpr size_t kMinimumReservation = size_t(64) << 30;
+constexpr size_t kHugePage = size_t(2) << 20;  // x86-64's; a range opened in whole ones never splits one
 
 // The ranges the SIGSEGV handler recognises; written once per device, read without locks.
 std::atomic<uintptr_t> g_range_start[simdriver::kMaxDevices];
@@ -219,11 +225,18 @@ void install_memory_guard() {
   sigaction(SIGSEGV, &action, &g_previous_segv_action);
 }
 
+// Opens the part of `device`'s range between what is open and its extent.
+static void open_to_extent(simContext_st& device) {
+  if (device.opened < device.extent)
+    mprotect(device.base + device.opened, device.extent - device.opened, PROT_READ | PROT_WRITE);
+  device.opened = device.extent;
+}
+
 void open_device_memory() {
   if (!driver().config.discrete) return;
   for (auto& device : driver().devices) {
     if (device->active && !device->open_for_executor) {
-      mprotect(device->base, device->reserved, PROT_READ | PROT_WRITE);
+      open_to_extent(*device);
       device->open_for_executor = true;
     }
   }
@@ -233,10 +246,23 @@ void close_device_memory() {
   if (driver().tasks_on_callers > 0) return;
   for (auto& device : driver().devices) {
     if (device->open_for_executor) {
-      mprotect(device->base, device->reserved, PROT_NONE);
+      if (device->opened > 0) mprotect(device->base, device->opened, PROT_NONE);
+      device->opened = 0;
       device->open_for_executor = false;
     }
   }
+}
+
+// An allocation that reaches past the extent moves it, to a whole huge page; while the device's memory is open
+// (a kernel may be running) the new part opens at once.
+static void extend_to(simContext_st& device, size_t end) {
+  if (!driver().config.discrete || end <= device.extent) return;
+  const auto start = reinterpret_cast<uintptr_t>(device.base);
+  const size_t extent = std::min(device.reserved, round_up(start + end, kHugePage) - start);
+  // Only a hint: without transparent huge pages the range is backed by small pages and its mprotects cost more.
+  madvise(device.base + device.extent, extent - device.extent, MADV_HUGEPAGE);
+  device.extent = extent;
+  if (device.open_for_executor) open_to_extent(device);
 }
 
 void release_allocation(simContext_st& device, size_t offset) {
@@ -304,6 +330,7 @@ simStatus_t simMalloc(void** pointer, size_t bytes) {
   if (left > 0) device->free_ranges[offset + size] = left;
   device->allocations[offset] = simContext_st::Allocation{size, bytes};
   device->used += size;
+  simdriver::extend_to(*device, offset + size);
   *pointer = device->base + offset;
   return simSuccess;
 }

@@ -128,6 +128,35 @@ TEST(copies_in_every_direction_with_discrete_memory) {
   CHECK(harness::contains(child.out, "ok      copies_in_every_direction_here"));
 }
 
+// Discrete memory opens only as far as allocations have reached: memory allocated while a kernel runs, past that
+// point, must open for the kernels queued behind it before they run (else they stop as a host access would).
+CHILD_TEST(memory_allocated_while_a_kernel_runs_is_open_to_the_next_kernel_here) {
+  void* first = nullptr;
+  CHECK_OK(simMalloc(&first, 64));
+  auto* gate = harness::new_gate();
+  CHECK_OK(harness::launch_gate(nullptr, gate));
+  CHECK(harness::wait_until_entered(gate));  // the device's memory is open for the gate's kernel
+  constexpr size_t kCount = (size_t(64) << 20) / sizeof(int32_t);
+  void* far = nullptr;
+  CHECK_OK(simMalloc(&far, kCount * sizeof(int32_t)));
+  FillArgs fill{static_cast<int32_t*>(far), kCount, 41};
+  CHECK_OK(simLaunchKernel(nullptr, "fill", fill_kernel, &fill, sizeof fill, nullptr));
+  gate->open = true;
+  CHECK_OK(simDeviceSynchronize());
+  int32_t last = 0;
+  CHECK_OK(simMemcpy(&last, static_cast<int32_t*>(far) + kCount - 1, sizeof last, simMemcpyDeviceToHost));
+  CHECK(last == 41);
+  CHECK_OK(simFree(far));
+  CHECK_OK(simFree(first));
+}
+
+TEST(memory_allocated_while_a_kernel_runs_is_open_to_the_next_kernel) {
+  auto child = harness::run_in_fresh_process("memory_allocated_while_a_kernel_runs_is_open_to_the_next_kernel_here",
+                                             {"SIM_MEMORY=discrete"}, 60);
+  CHECK_MESSAGE(child.exit_code == 0, child.summary());
+  CHECK(harness::contains(child.out, "ok      memory_allocated_while_a_kernel_runs_is_open_to_the_next_kernel_here"));
+}
+
 TEST(a_large_copy_within_one_allocation_that_overlaps_itself_moves_the_bytes_as_memmove_does) {
   constexpr size_t kCount = (size_t(2) << 20) / sizeof(int32_t);
   const size_t bytes = kCount * sizeof(int32_t);

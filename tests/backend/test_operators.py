@@ -173,10 +173,13 @@ def test_operators_with_a_cpu_kernel_of_their_own_are_bit_identical(case):
         assert torch.equal(sim_input.grad.cpu(), cpu_input.grad)
 
 
-def test_cat_refuses_an_out_that_is_one_of_its_inputs_as_the_cpu_does():
+# Many: more tensors than a call's host aliases look up by scanning, so that an index finds the repeated one.
+@pytest.mark.parametrize("others", [1, 12], ids=["few_tensors", "many_tensors"])
+def test_cat_refuses_an_out_that_is_one_of_its_inputs_as_the_cpu_does(others):
+    """An empty tensor overlaps only itself: sim's kernel must see the out= tensor and the input as one tensor."""
     for device in ("cpu", "sim"):
-        empty, full = torch.zeros(0, device=device), torch.randn(4, 6, device=device)
+        empty, fulls = torch.zeros(0, device=device), [torch.randn(4, 6, device=device) for _ in range(others)]
         with pytest.raises(RuntimeError, match="refer to a single memory location"):
-            torch.cat((empty, full), dim=0, out=empty)
+            torch.cat((*fulls, empty), dim=0, out=empty)
         with pytest.raises(RuntimeError, match="refer to a single memory location"):
-            torch.cat((full, empty), dim=0, out=full)
+            torch.cat((*fulls, empty), dim=0, out=fulls[0])

@@ -275,7 +275,7 @@ def sims_threads() -> int:
         try:
             with open(f"/proc/self/task/{task}/comm") as comm:
                 names.append(comm.read().strip())
-        except FileNotFoundError:  # the thread ended while we looked
+        except (FileNotFoundError, ProcessLookupError):  # the thread ended while we looked
             pass
     return names.count("sim-executor"[:15])  # Linux keeps 15 characters of a thread's name
 
@@ -299,6 +299,33 @@ def test_the_executor_and_its_openmp_team_end_once_the_device_is_idle():
     torch.sim.synchronize()
     assert wait_until(lambda: sims_threads() == 0, 10), "the executor outlived the device's work"
     assert torch.equal((x + 1).cpu(), x.cpu() + 1), "the next launch starts the executor again"
+
+
+def test_python_host_kernels_run_on_the_executor_before_and_after_it_ends_and_starts_again():
+    """The executor keeps one Python thread state while it lives, for every Python host kernel it runs (a compiled
+    kernel's call), and deletes it when it ends; the next executor, a new thread, makes its own."""
+    x = torch.zeros(4, device="sim")
+    ran_on = []
+    for _ in range(3):
+        for _ in range(5):
+            torch.sim.run_host_kernel("python_kernel", lambda tensor: ran_on.append(threading.get_native_id()), x)
+        assert wait_until(lambda: sims_threads() == 0, 10), "the executor outlived the device's work"
+    assert len(ran_on) == 15 and threading.get_native_id() not in ran_on
+    assert [len(set(ran_on[start:start + 5])) for start in (0, 5, 10)] == [1, 1, 1], "one executor ran each five"
+    assert len(set(ran_on)) == 3, "each executor was a thread of its own"
+
+
+def test_a_process_exits_cleanly_with_the_executor_holding_a_python_thread_state_or_ending():
+    program = ("import time, torch, torch_sim\n"
+               "x = torch.zeros(4, device='sim')\n"
+               "for pause in (0.0, 0.015, 0.019, 0.021, 0.025):\n"  # around the executor's 20 ms of idleness
+               "    torch.sim.run_host_kernel('python_kernel', lambda tensor: tensor.add_(1), x)\n"
+               "    time.sleep(pause)\n"
+               "torch.sim.run_host_kernel('python_kernel', lambda tensor: tensor.add_(1), x)\n"
+               "print(x.sum().item())\n")
+    result = run_forked(["-c", program], timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "24.0"
 
 
 def test_a_warning_raised_in_a_kernel_reaches_python():

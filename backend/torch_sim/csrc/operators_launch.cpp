@@ -27,8 +27,10 @@
 
 #include <omp.h>
 
+#include <chrono>
 #include <exception>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 namespace sim {
@@ -202,6 +204,66 @@ void launch_kernel(c10::Device device, const std::string& name, KernelWork work,
   driver_call(status, "simLaunchKernel");
 }
 
+// The executor's Python thread state, made when it first calls Python and kept until the thread ends. A scoped
+// acquire of the GIL on a thread Python did not start makes a thread state and deletes it again at every call,
+// which cost a compiled kernel's launch most of its time. Once the interpreter has begun to exit, a thread that
+// ends leaves its state to the interpreter: taking the GIL then could stop the thread inside its own exit.
+namespace {
+std::atomic<bool> g_python_exiting{false};
+std::atomic<int> g_python_states_being_deleted{0};
+
+class ExecutorPython {
+ public:
+  static ExecutorPython& of_this_thread() {
+    thread_local ExecutorPython state;
+    return state;
+  }
+
+  // Holds the GIL for one call, in the thread's kept state (or leaves it to a caller on this thread that holds it).
+  struct Call {
+    const bool nested = PyGILState_Check();
+    Call() {
+      if (nested) return;
+      ExecutorPython& python = of_this_thread();
+      if (python.saved_ == nullptr) {
+        python.gil_state_ = PyGILState_Ensure();
+        python.made_ = true;
+      } else {
+        PyEval_RestoreThread(std::exchange(python.saved_, nullptr));
+      }
+    }
+    ~Call() {
+      if (!nested) of_this_thread().saved_ = PyEval_SaveThread();
+    }
+  };
+
+  ~ExecutorPython() {
+    if (!made_) return;
+    g_python_states_being_deleted.fetch_add(1);
+    if (!g_python_exiting.load()) {
+      PyEval_RestoreThread(saved_);
+      PyGILState_Release(gil_state_);
+    }
+    g_python_states_being_deleted.fetch_sub(1);
+  }
+
+ private:
+  bool made_ = false;
+  PyGILState_STATE gil_state_{};
+  PyThreadState* saved_ = nullptr;
+};
+
+// Registered with Python's atexit: from here on, an executor that ends leaves its thread state alone. One ending at
+// this moment may be deleting its state: it gets the GIL, for a while (a forked child may have inherited the count
+// of a thread it does not have).
+void stop_deleting_executor_python() {
+  g_python_exiting.store(true);
+  pybind11::gil_scoped_release without_gil;
+  for (int waited_ms = 0; g_python_states_being_deleted.load() > 0 && waited_ms < 1000; ++waited_ms)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+}  // namespace
+
 // Runs a kernel compiled for the host (torch.compile's C++ kernels for sim) as a kernel of the device of its first
 // sim tensor argument: on the driver's executor, in that device's current stream's order, where device memory is
 // open to it. Returns once it ran. `kernel` is a Python callable; the executor takes the GIL to call it.
@@ -217,13 +279,14 @@ static void run_host_kernel(const std::string& name, const pybind11::function& k
     }
   }
   run_kernel(device, name, [&] {
-    pybind11::gil_scoped_acquire with_gil;
+    ExecutorPython::Call with_gil;
     kernel(*args);
   });
 }
 
 void bind_launches(pybind11::module& module) {
   module.def("run_host_kernel", &run_host_kernel);
+  pybind11::module_::import("atexit").attr("register")(pybind11::cpp_function(&stop_deleting_executor_python));
 }
 
 }  // namespace sim

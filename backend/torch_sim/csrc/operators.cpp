@@ -21,6 +21,7 @@
 #include <ATen/ops/_fused_sdp_choice_ops.h>
 #include <c10/util/ApproximateClock.h>
 #include <c10/util/SmallVector.h>
+#include <c10/util/flat_hash_map.h>
 
 #include <cstring>
 #include <map>
@@ -229,56 +230,6 @@ struct DeviceOfArguments {
   }
 };
 
-// Pointers to the position of the first item that has them, in one array with open addressing: an index of a
-// foreach call's hundreds of tensors allocates once, where a node-based map allocates (and frees) one per tensor.
-class PositionIndex {
- public:
-  bool empty() const { return count_ == 0; }
-
-  void reserve(size_t items) {
-    size_t capacity = 16;
-    while (capacity < 2 * items) capacity *= 2;
-    if (capacity > slots_.size()) rehash(capacity);
-  }
-
-  // Keeps the first position of a key, as std::unordered_map::emplace does.
-  void emplace(const void* key, size_t position) {
-    if (2 * (count_ + 1) > slots_.size()) rehash(std::max<size_t>(16, 2 * slots_.size()));
-    Slot& slot = slots_[slot_of(key)];
-    if (slot.key != nullptr) return;
-    slot = {key, position};
-    ++count_;
-  }
-
-  std::optional<size_t> find(const void* key) const {
-    if (slots_.empty()) return std::nullopt;
-    const Slot& slot = slots_[slot_of(key)];
-    return slot.key == nullptr ? std::nullopt : std::optional<size_t>(slot.position);
-  }
-
- private:
-  struct Slot {
-    const void* key = nullptr;
-    size_t position = 0;
-  };
-  std::vector<Slot> slots_;  // a power of two long, at most half full
-  size_t count_ = 0;
-
-  // The position of the slot that holds `key`, or of the empty one where it would go.
-  size_t slot_of(const void* key) const {
-    const size_t mask = slots_.size() - 1;
-    size_t at = (reinterpret_cast<uintptr_t>(key) * 0x9E3779B97F4A7C15ull >> 20) & mask;
-    while (slots_[at].key != nullptr && slots_[at].key != key) at = (at + 1) & mask;
-    return at;
-  }
-
-  void rehash(size_t capacity) {
-    std::vector<Slot> old = std::exchange(slots_, std::vector<Slot>(capacity));
-    for (const Slot& slot : old)
-      if (slot.key != nullptr) slots_[slot_of(slot.key)] = slot;
-  }
-};
-
 // The host aliases of one operator call, and the way back from host results to
 // sim tensors: the argument itself (in-place and out= results), a view of an
 // argument's storage, a fresh output in sim memory, or else a copy.
@@ -362,7 +313,8 @@ struct HostAliases {
   // through an index (built at the first lookup that needs it) instead of a scan, which made such a call's
   // launch grow with the square of its tensors.
   static constexpr size_t kScanned = 8;
-  using Index = PositionIndex;
+  // Open addressing in one array: an index of hundreds of tensors allocates once, not a node for each.
+  using Index = ska::flat_hash_map<const void*, size_t>;
   Index entry_of_device_tensor, entry_of_host_tensor, storage_of_device_storage, storage_of_host_storage;
 
   static const void* device_tensor_of(const Entry& entry) { return entry.device_tensor.unsafeGetTensorImpl(); }
@@ -386,7 +338,8 @@ struct HostAliases {
       index.reserve(items.size());
       for (size_t i = 0; i < items.size(); ++i) index.emplace(key_of(items[i]), i);  // keeps each key's first item
     }
-    return index.find(key);
+    auto found = index.find(key);
+    return found == index.end() ? std::nullopt : std::optional<size_t>(found->second);
   }
 
   // Keeps an index that was built up to date with the item just appended to `items`.

@@ -227,7 +227,6 @@ class ExecutorPython {
       ExecutorPython& python = of_this_thread();
       if (python.saved_ == nullptr) {
         python.gil_state_ = PyGILState_Ensure();
-        python.made_ = true;
       } else {
         PyEval_RestoreThread(std::exchange(python.saved_, nullptr));
       }
@@ -238,7 +237,7 @@ class ExecutorPython {
   };
 
   ~ExecutorPython() {
-    if (!made_) return;
+    if (saved_ == nullptr) return;  // it never called Python
     g_python_states_being_deleted.fetch_add(1);
     if (!g_python_exiting.load()) {
       PyEval_RestoreThread(saved_);
@@ -248,9 +247,8 @@ class ExecutorPython {
   }
 
  private:
-  bool made_ = false;
   PyGILState_STATE gil_state_{};
-  PyThreadState* saved_ = nullptr;
+  PyThreadState* saved_ = nullptr;  // between calls, the kept state
 };
 
 // Registered with Python's atexit: from here on, an executor that ends leaves its thread state alone. One ending at

@@ -311,8 +311,8 @@ def test_python_host_kernels_run_on_the_executor_before_and_after_it_ends_and_st
             torch.sim.run_host_kernel("python_kernel", lambda tensor: ran_on.append(threading.get_native_id()), x)
         assert wait_until(lambda: sims_threads() == 0, 10), "the executor outlived the device's work"
     assert len(ran_on) == 15 and threading.get_native_id() not in ran_on
-    assert [len(set(ran_on[start:start + 5])) for start in (0, 5, 10)] == [1, 1, 1], "one executor ran each five"
-    assert len(set(ran_on)) == 3, "each executor was a thread of its own"
+    first, second, third = (set(ran_on[start:start + 5]) for start in (0, 5, 10))
+    assert first.isdisjoint(second) and second.isdisjoint(third), "each executor was a thread of its own"
 
 
 def test_a_process_exits_cleanly_with_the_executor_holding_a_python_thread_state_or_ending():

@@ -5,8 +5,11 @@ the processes taking turns. A process reads its threads' scheduler statistics (L
 and status) before and after STEPS timed steps and reports, per step: each thread's processor time, the time it was
 ready to run but waited for a processor (the run queue), and its voluntary and involuntary context switches. A
 machine with few cores shows here which threads compete for them. Run: `python benchmarks/thread_time.py`
-(`--workload mlp|cnn|transformer|multiplies`, `--rounds N`); `multiplies` is backend_speed.py's per-op row, 1,000
-multiplies of 64x64 as one step, where only launching a kernel and running it are left to compete.
+(`--workload NAME`, `--rounds N`); `multiplies` is backend_speed.py's per-op row, 1,000 multiplies of 64x64 as one
+step, where only launching a kernel and running it are left to compete; the other workloads are backend_speed.py's
+training and optimizer rows. `--sim-threads N` gives sim's processes N intra-op threads (`torch.set_num_threads`),
+which sim's kernels then run with: a study of what sim's OpenMP team costs, not how users run, and not the CPU's
+bits wherever those depend on the number of threads.
 """
 from __future__ import annotations
 
@@ -18,6 +21,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
+from typing import Callable
 
 STEPS = 300
 WARM_UP_STEPS = 50
@@ -41,14 +46,37 @@ def thread_statistics() -> dict[int, dict[str, object]]:
     return threads
 
 
-def measure(device: str, workload: str) -> dict[str, object]:
+# Each workload: what one step is, and how to make it on a device from backend_speed.py's rows.
+WORKLOADS: dict[str, tuple[str, Callable[[ModuleType, str], Callable[[], object]]]] = {
+    "mlp": ("one SGD training step of the small MLP", lambda rows, device: rows.training_step("mlp", device)),
+    "cnn": ("one SGD training step of the small CNN", lambda rows, device: rows.training_step("cnn", device)),
+    "transformer": ("one SGD training step of the transformer encoder layer",
+                    lambda rows, device: rows.training_step("transformer", device)),
+    "gpt2": ("one AdamW training step of the small-config GPT-2", lambda rows, device: rows.gpt2_training_step(device)),
+    "bert": ("one AdamW training step of the small-config BERT", lambda rows, device: rows.bert_training_step(device)),
+    "vit": ("one AdamW training step of the small-config ViT", lambda rows, device: rows.vit_training_step(device)),
+    **{kind.lower(): (f"one AdamW training step of the 2-layer nn.{kind}",
+                      lambda rows, device, kind=kind: rows.recurrent_training_step(kind, device))
+       for kind in ("LSTM", "GRU", "RNN")},
+    **{f"{name.lower()}-{implementation}": (
+        f"one {name} step, {implementation}=True, 20 parameters of 128x128",
+        lambda rows, device, name=name, implementation=implementation: rows.optimizer_step(name, implementation,
+                                                                                           device))
+       for name in ("AdamW", "Adam", "SGD") for implementation in ("foreach", "fused")},
+    "multiplies": ("1,000 multiplies of 64x64", lambda rows, device: rows.multiplies(device, 64, 1000)),
+}
+
+
+def measure(device: str, workload: str, sim_threads: int | None = None) -> dict[str, object]:
     """Trains `workload` on `device` in this process; the step's time and each thread's share of it, per step."""
     import torch
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from backend_speed import multiplies, training_step
+    import backend_speed
 
-    step = multiplies(device, 64, 1000) if workload == "multiplies" else training_step(workload, device)
+    if device == "sim" and sim_threads is not None:
+        torch.set_num_threads(sim_threads)
+    step = WORKLOADS[workload][1](backend_speed, device)
     finish = torch.sim.synchronize if device == "sim" else (lambda: None)
     for _ in range(WARM_UP_STEPS):
         step()
@@ -77,10 +105,11 @@ def labelled(threads: list[dict[str, object]]) -> dict[str, dict[str, object]]:
     return result
 
 
-def run_worker(device: str, workload: str) -> dict[str, object]:
+def run_worker(device: str, workload: str, sim_threads: int | None) -> dict[str, object]:
     """One fresh process measuring `device`."""
-    finished = subprocess.run([sys.executable, __file__, "--worker", device, "--workload", workload],
-                              capture_output=True, text=True)
+    threads = [] if sim_threads is None else ["--sim-threads", str(sim_threads)]
+    finished = subprocess.run([sys.executable, __file__, "--worker", device, "--workload", workload, *threads],
+                              capture_output=True, text=True, env=dict(os.environ, SIM_FALLBACK="silent"))
     if finished.returncode != 0:
         last_line = (finished.stderr.strip().splitlines() or ["no output"])[-1]
         raise SystemExit(f"thread_time.py: the {device} process failed: {last_line}")
@@ -89,26 +118,31 @@ def run_worker(device: str, workload: str) -> dict[str, object]:
 
 def main(arguments: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workload", default="mlp", choices=("mlp", "cnn", "transformer", "multiplies"))
+    parser.add_argument("--workload", default="mlp", choices=tuple(WORKLOADS))
     parser.add_argument("--rounds", type=int, default=3, help="fresh processes per device, taking turns")
+    parser.add_argument("--sim-threads", type=int, help="intra-op threads of sim's processes (a study; default: "
+                        "PyTorch's, as the CPU's processes)")
     parser.add_argument("--worker", choices=("cpu", "sim"), help=argparse.SUPPRESS)
     options = parser.parse_args(arguments)
     if not Path("/proc/self/task").is_dir():
         parser.error("this script reads Linux's per-thread scheduler statistics (/proc/self/task); run it on Linux")
     if options.rounds < 1:
         parser.error(f"--rounds must be at least 1 (a process per device and round), got {options.rounds}")
+    if options.sim_threads is not None and options.sim_threads < 1:
+        parser.error(f"--sim-threads must be at least 1 (torch.set_num_threads), got {options.sim_threads}")
     if options.worker:
-        print(json.dumps(measure(options.worker, options.workload)))
+        print(json.dumps(measure(options.worker, options.workload, options.sim_threads)))
         return 0
     results: dict[str, list[dict[str, object]]] = {"cpu": [], "sim": []}
     for _ in range(options.rounds):
         for device in results:
-            results[device].append(run_worker(device, options.workload))
+            results[device].append(run_worker(device, options.workload, options.sim_threads))
     processes = f"{options.rounds} fresh process{'es' if options.rounds != 1 else ''}"
-    what = ("1,000 multiplies of 64x64" if options.workload == "multiplies"
-            else f"one SGD training step of the small {options.workload}")
-    print(f"# {what}: {STEPS} steps after {WARM_UP_STEPS} warm-up, "
-          f"{processes} per device taking turns; medians over the processes, per step")
+    threads = ("" if options.sim_threads is None else
+               f"; sim with {options.sim_threads} intra-op thread{'s' if options.sim_threads != 1 else ''} "
+               "(torch.set_num_threads: a study, not PyTorch's default)")
+    print(f"# {WORKLOADS[options.workload][0]}: {STEPS} steps after {WARM_UP_STEPS} warm-up, "
+          f"{processes} per device taking turns; medians over the processes, per step{threads}")
     steps = {device: statistics.median(run["step_ns"] for run in runs) for device, runs in results.items()}
     print(f"step: cpu {steps['cpu'] / 1e3:.0f} us, sim {steps['sim'] / 1e3:.0f} us, "
           f"sim/cpu {steps['sim'] / steps['cpu']:.2f}x")

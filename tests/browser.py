@@ -13,7 +13,8 @@ from pu1_docs.page_load import CHROMIUM_FLAGS
 def chromium_path() -> str:
     path = shutil.which("chromium") or shutil.which("chromium-browser")
     if path is None:
-        pytest.fail("Debian's chromium is not installed: run `make setup` (it installs it with apt-get)")
+        pytest.fail("Debian's chromium is not installed: run `make browser`, which installs it with apt-get "
+                    "(`make test` runs it first)")
     return path
 
 

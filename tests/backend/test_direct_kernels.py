@@ -358,6 +358,8 @@ COVERAGE: dict[str, Coverage] = {
                            binary=False),
     "clamp_max": Coverage("clamp_max", scalar_overload(aten.clamp_max), lambda a, b, c: a.clamp_max(0.25),
                           binary=False),
+    "pow.Tensor_Scalar": Coverage("pow", scalar_overload(aten.pow.Tensor_Scalar), lambda a, b, c: a.pow(3),
+                                  binary=False),
     "threshold_backward": Coverage("nn.functional.threshold", threshold_backward,
                                    lambda a, b, c: aten.threshold_backward(a, b, 0.5)),
     "tanh_backward": Coverage("tanh", backward_of(aten.tanh_backward), lambda a, b, c: aten.tanh_backward(a, b)),
@@ -1005,6 +1007,49 @@ def test_out_of_memory_inside_a_direct_kernel_names_sim1_and_leaks_nothing(call)
     assert torch.sim.memory_allocated(1) == baseline
     assert torch.sim.current_device() == 0
     assert torch.equal((a[:2] * b[:2]).cpu(), torch.full((2, 120), 2.0))
+
+
+@pytest.mark.parametrize("exponent", [0, 1, 0.0, 1.0, False, True, 2, 3.0])
+def test_a_power_is_computed_in_the_streams_order_behind_a_busy_device(exponent):
+    """pow fills or copies for an exponent of 0 or 1 instead of running its loop: queued behind a sleeping device
+    with the operators that read its result, every exponent gives the CPU's bits once the device has run it all, and
+    the call takes the direct route (no boxed route, no fallback)."""
+    x = torch.randn(64, 64, generator=torch.Generator().manual_seed(0))
+    expected = (x * 1.5).pow(exponent) * 2.0
+    on_sim = x.to("sim")
+    torch.sim.reset_direct_route_exits()
+    torch.sim.reset_fallback_counts()
+    results = [(on_sim * 1.5).pow(exponent) * 2.0]  # the first launch of a kernel's kind waits for it
+    for _ in range(2):
+        sleep = torch.sim.device_sleep(20_000)
+        results.append((on_sim * 1.5).pow(exponent) * 2.0)
+        pending = not torch.sim.current_stream().query()
+        sleep.wake()
+        assert pending, "the work ran before the sleep queued ahead of it had ended"
+    assert torch.sim.direct_route_exits() == {} and torch.sim.fallback_counts() == {}
+    for got in results:
+        assert got.dtype == expected.dtype and torch.equal(got.cpu(), expected)
+
+
+POWERS = {"square": torch.square, "pow 2": lambda t: t.pow(2), "pow 3.0": lambda t: t.pow(3.0),
+          "pow 1": lambda t: t.pow(1), "pow 0 times t": lambda t: t.pow(0) * t}
+
+
+@pytest.mark.parametrize("power", list(POWERS))
+def test_the_gradient_of_a_power_is_the_cpus_at_every_call(power):
+    """A power's backward takes pow again with the exponent less one (`square`'s: pow 1, which copies), on
+    autograd's device thread, where the kernels of the forward may still be queued: twenty calls in a row each
+    give the CPU's gradient."""
+    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(0))
+
+    def gradient(device: str) -> torch.Tensor:
+        t = x.to(device).detach().requires_grad_()
+        POWERS[power](t * 1.5).sum().backward()
+        return t.grad.cpu()
+
+    expected = gradient("cpu")
+    mismatches = [call for call in range(20) if not torch.equal(gradient("sim"), expected)]
+    assert not mismatches, f"calls {mismatches} of 20 gave another gradient than the CPU's"
 
 
 def test_gradients_through_direct_operators_are_bit_identical_to_the_cpu():

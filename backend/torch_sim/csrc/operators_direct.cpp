@@ -23,6 +23,7 @@
 #include <ATen/native/Activation.h>
 #include <ATen/native/BinaryOps.h>
 #include <ATen/native/Fill.h>
+#include <ATen/native/Pow.h>
 #include <ATen/native/ReduceOps.h>
 #include <ATen/native/TensorCompare.h>
 #include <ATen/native/UnaryOps.h>
@@ -61,6 +62,7 @@
 #include <ATen/ops/mul_native.h>
 #include <ATen/ops/ne_native.h>
 #include <ATen/ops/neg_native.h>
+#include <ATen/ops/pow_native.h>
 #include <ATen/ops/relu_native.h>
 #include <ATen/ops/rsqrt_native.h>
 #include <ATen/ops/sigmoid_backward_native.h>
@@ -116,6 +118,7 @@ void install_host_loops() {
   SIM_HOST_LOOP(exp_stub);
   SIM_HOST_LOOP(neg_stub);
   SIM_HOST_LOOP(sqrt_stub);
+  SIM_HOST_LOOP(pow_tensor_scalar_stub);
   SIM_HOST_LOOP(rsqrt_stub);
   SIM_HOST_LOOP(log_stub);
   SIM_HOST_LOOP(tanh_stub);
@@ -600,6 +603,30 @@ struct DirectScalarOverload {
       if (auto result = run_functional<Kernel>(*registered, true, self, at::native::wrapped_scalar_tensor(other)))
         return std::move(*result);
     return on_host_route(*registered, self, other);
+  }
+};
+
+// pow's impl() fills its output with ones for an exponent of 0, and copies the base into it for an exponent of 1:
+// operators, where a launched TensorIterator kernel may run its loop only (StructuredLaunch::calls_no_operator). Such
+// a call allocates the output meta() decides and runs those operators at the call, in the stream's order; any other
+// exponent is a direct kernel of pow's loop.
+struct DirectPowTensorScalar {
+  using Kernel = at::native::structured_pow_Tensor_Scalar_out;
+  static inline std::optional<Registered> registered;
+
+  static at::Tensor call(const at::Tensor& self, const c10::Scalar& exponent) {
+    if (any_capture() || !on_sim(self) || !plain(self)) return on_host_route(*registered, self, exponent);
+    const bool ones = exponent.equal(0.0) || exponent.equal(false);
+    const bool base = exponent.equal(1.0) || exponent.equal(true);
+    if (!ones && !base) {
+      if (auto result = run_functional<Kernel>(*registered, true, self, exponent)) return std::move(*result);
+      return on_host_route(*registered, self, exponent);
+    }
+    LaunchStorages storages;
+    StructuredLaunch<Functional<Kernel>, at::Tensor, c10::Scalar> launch(self, exponent);
+    launch.meta();
+    at::Tensor output = std::move(launch.kernel.outputs[0]);
+    return ones ? output.fill_(1) : output.copy_(self);
   }
 };
 
@@ -1125,6 +1152,7 @@ std::vector<std::string> install_direct_kernels() {
   functional<native::structured_exp_out, Tensor>(m, "exp");
   functional<native::structured_neg_out, Tensor>(m, "neg");
   functional<native::structured_sqrt_out, Tensor>(m, "sqrt");
+  install<DirectPowTensorScalar>(m, "pow.Tensor_Scalar");
   functional<native::structured_rsqrt_out, Tensor>(m, "rsqrt");
   functional<native::structured_log_out, Tensor>(m, "log");
   functional<native::structured_tanh_out, Tensor>(m, "tanh");

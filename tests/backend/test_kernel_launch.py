@@ -315,6 +315,33 @@ def test_python_host_kernels_run_on_the_executor_before_and_after_it_ends_and_st
     assert first.isdisjoint(second) and second.isdisjoint(third), "each executor was a thread of its own"
 
 
+def copy_then_add(target: torch.Tensor, source: torch.Tensor) -> None:
+    target.copy_(source)
+    target.add_(1)
+
+
+def from_host_then_double(target: torch.Tensor, source: torch.Tensor) -> None:
+    target.copy_(source)
+    target.mul_(2)
+
+
+def through_the_host(target: torch.Tensor, source: torch.Tensor) -> None:
+    target.copy_(source.cpu() + 1)
+
+
+@pytest.mark.parametrize(("body", "source_device", "expected"), [(copy_then_add, "sim", 3.0),
+                                                                (from_host_then_double, "cpu", 4.0),
+                                                                (through_the_host, "sim", 3.0)],
+                         ids=["device to device", "host to device", "device to host and back"])
+def test_a_copy_a_kernel_makes_runs_inside_it_in_the_kernels_order(body, source_device, expected):
+    """A copy made by a kernel is part of that kernel, as its other operators are: it runs there, before the kernel's
+    next operator, not queued behind the stream's later work or refused as a wait of the host."""
+    source = torch.full((1024,), 2.0, device=source_device)
+    target = torch.zeros(1024, device="sim")
+    torch.sim.run_host_kernel("python_kernel", body, target, source)
+    assert torch.equal(target.cpu(), torch.full((1024,), expected))
+
+
 def test_a_process_exits_cleanly_with_the_executor_holding_a_python_thread_state_or_ending():
     program = ("import time, torch, torch_sim\n"
                "x = torch.zeros(4, device='sim')\n"

@@ -739,7 +739,8 @@ static bool queued_copy(const at::Tensor& self, const at::Tensor& dst) {
 at::Tensor sim_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   c10::Device device = self.device().type() == kSim ? self.device() : dst.device();
   if (any_capture() && capture_copy(self, dst)) return dst;  // graphs.cpp: recorded, not run
-  if (copy_with_driver(self, dst, non_blocking)) return dst;
+  // A copy a kernel makes is part of that kernel: the driver would queue it behind the stream's later work.
+  if (!on_device() && copy_with_driver(self, dst, non_blocking)) return dst;
   static const std::string kernel_name = "sim::copy_";
   const bool within_one_device = self.device().type() == kSim && self.device() == dst.device();
   if (within_one_device && self.storage().is_alias_of(dst.storage())) {

@@ -616,9 +616,9 @@ struct DirectPowTensorScalar {
 
   static at::Tensor call(const at::Tensor& self, const c10::Scalar& exponent) {
     if (any_capture() || !on_sim(self) || !plain(self)) return on_host_route(*registered, self, exponent);
-    const bool ones = exponent.equal(0.0) || exponent.equal(false);
-    const bool base = exponent.equal(1.0) || exponent.equal(true);
-    if (!ones && !base) {
+    const bool fills_ones = exponent.equal(0.0) || exponent.equal(false);
+    const bool copies_base = exponent.equal(1.0) || exponent.equal(true);
+    if (!fills_ones && !copies_base) {
       if (auto result = run_functional<Kernel>(*registered, true, self, exponent)) return std::move(*result);
       return on_host_route(*registered, self, exponent);
     }
@@ -626,7 +626,7 @@ struct DirectPowTensorScalar {
     StructuredLaunch<Functional<Kernel>, at::Tensor, c10::Scalar> launch(self, exponent);
     launch.meta();
     at::Tensor output = std::move(launch.kernel.outputs[0]);
-    return ones ? output.fill_(1) : output.copy_(self);
+    return fills_ones ? output.fill_(1) : output.copy_(self);
   }
 };
 

@@ -288,6 +288,17 @@ def embedding_backward_of(a: torch.Tensor) -> torch.Tensor:
     return aten.embedding_dense_backward(x, classes_on(x.device, lookups, 5), 5, -1, False)
 
 
+def seeded_dropout(input: torch.Tensor, p: float, train: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """native_dropout (what F.dropout calls on every device but the CPU) from a freshly seeded generator."""
+    torch.manual_seed(7)
+    return aten.native_dropout(input, p, train)
+
+
+def native_dropout(op, sample, dtype) -> Run:
+    """A dropout sample as native_dropout takes it: its probability and whether it trains."""
+    return seeded_dropout, (sample.input, sample.kwargs.get("p", 0.5), sample.kwargs.get("training", True)), {}
+
+
 def zero_in_place(op, sample, dtype) -> Run:
     return torch.zero_, (sample.input,), {}
 
@@ -394,6 +405,10 @@ COVERAGE: dict[str, Coverage] = {
     "embedding_dense_backward": Coverage("nn.functional.embedding", embedding_backward,
                                          lambda a, b, c: embedding_backward_of(a), binary=False),
     "clone": Coverage("clone", plain, lambda a, b, c: a.clone(), binary=False),
+    "native_dropout": Coverage("nn.functional.dropout", native_dropout, lambda a, b, c: seeded_dropout(a, 0.25, True)[0],
+                               binary=False),
+    "native_dropout_backward": Coverage("native_dropout_backward", plain,
+                                        lambda a, b, c: aten.native_dropout_backward(a, c, 1.25), binary=False),
     "zero_": Coverage("zero_", zero_in_place, lambda a, b, c: a.zero_(), binary=False),
 }
 IN_PLACE = {"add_.Tensor", "sub_.Tensor", "mul_.Tensor", "div_.Tensor", "relu_", "clamp_min_", "fill_.Scalar",
@@ -422,7 +437,8 @@ def direct_fallbacks() -> dict[str, int]:
 # The calls a direct kernel hands to the boxed route by design (backend/torch_sim/csrc/operators_direct.cpp): those
 # whose operands the CPU converts to the computation's dtype first, which the CPU's loops leave to their caller.
 FLOAT_VALUED = {"div.Tensor", "div_.Tensor", "exp", "log", "sqrt", "rsqrt", "tanh", "sin", "cos", "sigmoid",
-                "tanh_backward", "sigmoid_backward"}  # computed in a floating dtype whatever the operands' dtype
+                "tanh_backward", "sigmoid_backward",
+                "native_dropout_backward"}  # computed in a floating dtype whatever the operands' dtype
 SCALAR_COMPARISONS = {"eq.Scalar", "ne.Scalar", "lt.Scalar", "le.Scalar", "gt.Scalar", "ge.Scalar"}
 
 

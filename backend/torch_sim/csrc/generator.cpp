@@ -25,26 +25,32 @@ struct SimGenerator final : c10::GeneratorImpl {
 
   void set_current_seed(uint64_t seed) override {
     SIM_TRACE("generator", "set_current_seed", c10::str("seed=", seed));
+    wait_for_queued_draws();
     host->set_current_seed(seed);
   }
   void set_offset(uint64_t offset) override {
     SIM_TRACE("generator", "set_offset", c10::str("offset=", offset));
+    wait_for_queued_draws();
     host->set_offset(offset);
   }
   uint64_t get_offset() const override {
     SIM_TRACE("generator", "get_offset", "");
+    wait_for_queued_draws();
     return host->get_offset();
   }
   uint64_t current_seed() const override {
     SIM_TRACE("generator", "current_seed", "");
+    wait_for_queued_draws();
     return host->current_seed();
   }
   uint64_t seed() override {
     SIM_TRACE("generator", "seed", "");
+    wait_for_queued_draws();
     return host->seed();
   }
   void set_state(const c10::TensorImpl& new_state) override {
     SIM_TRACE("generator", "set_state", c10::str("bytes=", new_state.numel()));
+    wait_for_queued_draws();
     int64_t expected = host->get_state()->numel();
     TORCH_CHECK(new_state.numel() == expected, "sim: an RNG state is ", expected,
                 " bytes (as get_rng_state() returns it), got ", new_state.numel(), " bytes");
@@ -52,13 +58,45 @@ struct SimGenerator final : c10::GeneratorImpl {
   }
   c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
     SIM_TRACE("generator", "get_state", "");
+    wait_for_queued_draws();
     return host->get_state();
   }
   static c10::DeviceType device_type() { return kSim; }
 
+  // Marks a draw that a kernel queued on `stream` makes from this generator.
+  void queue_draw(const c10::Stream& stream) {
+    wait_for_queued_draws(stream);
+    std::lock_guard<std::mutex> lock(queued_mutex_);
+    queued_on_ = stream;
+    ++queued_draws_;
+  }
+
+  // Waits until the draws queued from this generator ran, unless they are queued on `unless_on` (a draw queued
+  // behind them there runs after them anyway). A kernel does not wait: what it draws, it draws in its stream's order.
+  void wait_for_queued_draws(std::optional<c10::Stream> unless_on = std::nullopt) const {
+    if (on_device()) return;
+    std::optional<c10::Stream> stream;
+    uint64_t draws = 0;
+    {
+      std::lock_guard<std::mutex> lock(queued_mutex_);
+      if (!queued_on_ || queued_on_ == unless_on) return;
+      stream = queued_on_;
+      draws = queued_draws_;
+    }
+    synchronize_stream(*stream);
+    std::lock_guard<std::mutex> lock(queued_mutex_);
+    if (queued_draws_ == draws) queued_on_.reset();
+  }
+
  private:
+  // The stream of the draws kernels were last queued to make, until the host saw that stream run them.
+  mutable std::mutex queued_mutex_;
+  mutable std::optional<c10::Stream> queued_on_;
+  mutable uint64_t queued_draws_ = 0;
+
   SimGenerator* clone_impl() const override {
     SIM_TRACE("generator", "clone", c10::str("device=", device()));
+    wait_for_queued_draws();
     auto* copy = new SimGenerator(device().index());
     copy->host = c10::make_intrusive<at::CPUGeneratorImpl>();
     copy->host->set_state(*host->get_state());
@@ -111,6 +149,20 @@ at::Generator host_generator_for(const at::Generator& generator) {
 }
 
 bool generator_installed() { return g_generator_installed.load(); }
+
+static SimGenerator* default_sim_generator(DeviceIndex device) {
+  return static_cast<SimGenerator*>(default_generator(device).unsafeGetGeneratorImpl());
+}
+
+at::Generator queue_draw(const c10::Stream& stream) {
+  SimGenerator* generator = default_sim_generator(stream.device_index());
+  generator->queue_draw(stream);
+  return at::Generator(generator->host);
+}
+
+void wait_for_queued_draws(DeviceIndex device) {
+  if (g_generator_installed.load()) default_sim_generator(device)->wait_for_queued_draws();
+}
 
 at::Generator new_generator(DeviceIndex device) {
   TORCH_CHECK(g_generator_installed.load(),

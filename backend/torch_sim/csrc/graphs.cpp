@@ -149,6 +149,7 @@ class SimGraph final : public at::GraphImplInterface {
     // A replay is one launch: the whole graph runs on the device, each kernel timed as it was captured.
     static const std::string kernel_name = "sim::graph_replay";
     const c10::Device device(kSim, device_);
+    wait_for_queued_draws(device_);
     run_kernel(device, kernel_name, [&] {
       c10::DeviceGuard device_guard(device);
       c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);

@@ -528,6 +528,7 @@ void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     return;
   }
 
+  if (entry.is_random) wait_for_queued_draws(device.index());
   // The host kernel, and the way back from its results to sim tensors, run on the device as one kernel.
   run_kernel(device, entry.kernel_name, [&] {
     {

@@ -925,6 +925,74 @@ struct DirectEmbeddingBackward {
   }
 };
 
+// ------------------------------------------------------------------------------------------- dropout
+// The output `a * b` has on the CPU (shape, strides and dtype, as mul's meta() decides them), allocated on a's device.
+at::Tensor product_output(const at::Tensor& a, const at::Tensor& b) {
+  LaunchStorages storages;
+  StructuredLaunch<Functional<at::native::structured_mul_out>, at::Tensor, at::Tensor> product(a, b);
+  product.meta();
+  return std::move(product.kernel.outputs[0]);
+}
+
+// `a * b * scale` into `output`, in the CPU's two steps (the product, rounded to its dtype, then the scaling).
+void scaled_product(at::Tensor output, const at::Tensor& a, const at::Tensor& b, double scale) {
+  at::mul_out(output, a, b);
+  output.mul_(scale);
+}
+
+// native_dropout as the CPU computes it in training: a boolean mask drawn from the default generator (bernoulli_
+// with the probability of keeping an element), and the input times the mask times 1 / that probability. Both
+// outputs are allocated at the call, as the CPU lays them out (the mask like the input, the output as the product's
+// TensorIterator decides), and the draw and the products are one kernel, queued. It draws from the device's
+// generator when it runs, which the host waits for wherever it reads or sets that generator's state (queue_draw),
+// so that every draw sees the state the program's order gives it. An empty input, and a call outside training,
+// draw nothing and run at the call, as the CPU's do. Other dtypes, and a probability outside [0, 1], take the boxed
+// route, which raises the CPU's error at the call.
+struct DirectNativeDropout {
+  static inline std::optional<Registered> registered;
+
+  static std::tuple<at::Tensor, at::Tensor> call(const at::Tensor& input, double p, std::optional<bool> train) {
+    if (any_capture() || !on_sim(input) || !plain(input))
+      return host_route_tensors<2>(*registered, input, p, train);
+    if (input.numel() == 0) return {input, at::empty_like(input, input.options())};
+    const auto mask_options = input.options().dtype(at::kBool);
+    if (!train.value_or(true)) return {input.clone(), at::ones_like(input, mask_options)};
+    const double keep = 1. - p;
+    if (!computed_floating(input.scalar_type()) || !(keep >= 0 && keep <= 1))
+      return host_route_tensors<2>(*registered, input, p, train);
+    const double scale = keep == 0 ? 0. : 1. / keep;
+    at::Tensor mask = at::empty_like(input, mask_options);
+    at::Tensor output = product_output(input, mask);
+    launch_kernel(input.device(), registered->kernel_name,
+                  [input = kernel_handle(input), mask = kernel_handle(mask), output = kernel_handle(output), keep,
+                   scale, generator = queue_draw(current_stream(input.device()))] {
+                    at::Tensor drawn = host_view(mask);
+                    drawn.bernoulli_(keep, generator);
+                    scaled_product(host_view(output), host_view(input), drawn, scale);
+                  });
+    return {output, mask};
+  }
+};
+
+// Its gradient, the gradient times the mask times the scale, as the CPU computes it, for a floating product of
+// tensors on one sim device; other calls (an integer gradient, whose product becomes floating only with the scale)
+// take the boxed route.
+struct DirectNativeDropoutBackward {
+  static inline std::optional<Registered> registered;
+
+  static at::Tensor call(const at::Tensor& grad, const at::Tensor& mask, double scale) {
+    if (any_capture() || !on_one_sim_device(grad, mask) || !plain(grad) || !plain(mask))
+      return on_host_route(*registered, grad, mask, scale);
+    at::Tensor output = product_output(grad, mask);
+    if (!computed_floating(output.scalar_type())) return on_host_route(*registered, grad, mask, scale);
+    launch_kernel(grad.device(), registered->kernel_name,
+                  [grad = kernel_handle(grad), mask = kernel_handle(mask), output = kernel_handle(output), scale] {
+                    scaled_product(host_view(output), host_view(grad), host_view(mask), scale);
+                  });
+    return output;
+  }
+};
+
 // A native function that is not structured but device-generic (`where`), called as it is.
 template <auto function, class Result, class... Args>
 struct DirectNative {
@@ -1194,6 +1262,8 @@ std::vector<std::string> install_direct_kernels() {
   install<DirectLayerNorm>(m, "native_layer_norm");
   install<DirectLayerNormBackward>(m, "native_layer_norm_backward");
   install<DirectEmbeddingBackward>(m, "embedding_dense_backward");
+  install<DirectNativeDropout>(m, "native_dropout");
+  install<DirectNativeDropoutBackward>(m, "native_dropout_backward");
   install<DirectFill>(m, "fill_.Scalar");
   install<DirectComposite<&native::zero_, at::Tensor&, at::Tensor&>>(m, "zero_");
   install<DirectClone>(m, "clone");

@@ -298,6 +298,7 @@ void run_on_host_route(const c10::OperatorHandle& op, torch::jit::Stack* stack, 
   }
 
   const std::string kernel_name = "sim::" + short_name(op);
+  wait_for_queued_draws(device->index());
   run_kernel(*device, kernel_name, [&] {
     OnHostFor on_host(*device);
     DeviceRandomScope random(/*active=*/true, device->index());  // dropout between layers draws from sim's state

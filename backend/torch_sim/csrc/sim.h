@@ -97,6 +97,12 @@ bool generator_installed();
 const at::Generator& default_generator(DeviceIndex device);  // device -1: the current device
 at::Generator new_generator(DeviceIndex device);
 at::Generator host_generator_for(const at::Generator& generator);
+// A draw from `stream`'s device's default generator, made by a kernel queued on `stream`: returns the host
+// generator the kernel draws from. Until the host saw the stream run it, the generator's state is read and set only
+// after it (the host waits), as are draws made at the call or queued on another stream: draws keep the program's order.
+at::Generator queue_draw(const c10::Stream& stream);
+// Waits until the draws queued from `device`'s default generator ran (a draw made at the call waits first).
+void wait_for_queued_draws(DeviceIndex device);
 // While a random operator's host kernel computes for a sim device, the host's default
 // generator holds that device generator's state (the kernel's sub-operations draw from it too).
 struct DeviceRandomScope {

@@ -288,6 +288,12 @@ def embedding_backward_of(a: torch.Tensor) -> torch.Tensor:
     return aten.embedding_dense_backward(x, classes_on(x.device, lookups, 5), 5, -1, False)
 
 
+def every_column(a: torch.Tensor) -> torch.Tensor:
+    """The indices of a's last dimension in order (one index for a 0-dim `a`), copied to a's device by the driver."""
+    columns = a.shape[-1] if a.dim() else None
+    return classes_on(a.device, columns, max(columns or 1, 1))
+
+
 def seeded_dropout(input: torch.Tensor, p: float, train: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """native_dropout (what F.dropout calls on every device but the CPU) from a freshly seeded generator."""
     torch.manual_seed(7)
@@ -405,6 +411,9 @@ COVERAGE: dict[str, Coverage] = {
     "embedding_dense_backward": Coverage("nn.functional.embedding", embedding_backward,
                                          lambda a, b, c: embedding_backward_of(a), binary=False),
     "clone": Coverage("clone", plain, lambda a, b, c: a.clone(), binary=False),
+    "index_select": Coverage("index_select", plain, lambda a, b, c: a.index_select(-1, every_column(a)),
+                             binary=False),
+    "cat": Coverage("cat", plain, lambda a, b, c: torch.cat([a, b, a], 0)),
     "native_dropout": Coverage("nn.functional.dropout", native_dropout, lambda a, b, c: seeded_dropout(a, 0.25, True)[0],
                                binary=False),
     "native_dropout_backward": Coverage("native_dropout_backward", plain,
@@ -1134,3 +1143,14 @@ def test_every_direct_operator_replays_to_the_bits_of_eager(name):
     graph.replay()
     assert_bit_identical(result, eager.cpu(), f"replayed {name}")
     assert_bit_identical(graph_self, eager_self.cpu(), f"the first operand after replaying {name}")
+
+
+def test_an_index_out_of_range_is_the_devices_error_raised_by_the_next_synchronising_call():
+    """index_select reads its indices on the device, as CUDA's does: the call returns, and the device's error names
+    the kernel and the CPU's reason; the device then runs work again."""
+    weight = torch.ones(5, 3, device="sim")
+    indices = torch.tensor([1, 7], device="sim")
+    weight.index_select(0, indices)
+    with pytest.raises(RuntimeError, match=r"the kernel 'sim::index_select' failed on sim:0 .*index out of range"):
+        torch.sim.synchronize()
+    assert torch.equal(weight.index_select(0, indices.clamp(max=4)).cpu(), torch.ones(2, 3))

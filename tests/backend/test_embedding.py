@@ -105,7 +105,10 @@ def test_forward_only_embedding_bag_matches_the_cpu_bit_for_bit(dtype):
     torch.testing.assert_close(on_sim.cpu(), on_cpu, rtol=0, atol=0)
 
 
-def test_indices_out_of_range_raise_the_cpu_error_on_sim():
+def test_indices_out_of_range_are_the_devices_error_raised_by_the_next_synchronising_call():
+    """The lookup reads its indices on the device, as CUDA's does: the CPU's reason comes with the next synchronising
+    call, naming the kernel that failed."""
     weight = torch.randn(4, 2, device="sim")
-    with pytest.raises(IndexError, match="index out of range"):
-        F.embedding(torch.tensor([4], device="sim"), weight)
+    F.embedding(torch.tensor([4], device="sim"), weight)
+    with pytest.raises(RuntimeError, match=r"the kernel 'sim::index_select' failed on sim:0 .*index out of range"):
+        torch.sim.synchronize()

@@ -103,7 +103,7 @@ def test_a_class_out_of_range_in_a_queued_loss_is_raised_by_the_next_synchronisi
 
 # Kernels that copy or fill, and relu: each call on sim tensors, and the same call on the CPU's (operators_direct.cpp:
 # DirectClone, DirectFill, zero_, which is fill_(0) on every device, and relu, which is clamp_min(self, 0); operators.cpp:
-# sim_copy_from, for copies within one device).
+# sim_copy_from, for copies within one device and copies of no elements).
 COPY_FILL_AND_RELU_CALLS = {
     "clone": lambda a: a.clone(),
     "clone of a transposed view": lambda a: a.t().clone(),
@@ -111,6 +111,8 @@ COPY_FILL_AND_RELU_CALLS = {
     "copy_ of a transposed view": lambda a: torch.empty_like(a).copy_(a.t()),
     "copy_ of a row to every row": lambda a: torch.empty_like(a).copy_(a[3]),
     "copy_ converting to float16": lambda a: a.to(torch.float16),
+    "copy_ of no elements from the host": lambda a: torch.empty(0, 64, device=a.device).copy_(torch.empty(0, 64)),
+    "copy_ of no elements to the host": lambda a: a[:0].cpu(),
     "fill_": lambda a: a.fill_(-1.5),
     "zero_": lambda a: a.zero_(),
     "relu": lambda a: a.relu(),
@@ -140,6 +142,8 @@ REFUSED_COPIES = {
                              "refer to a single memory"),
     "of a shape that does not broadcast": (lambda x: torch.empty(3, 4, device=x.device).copy_(x[:5]), RuntimeError,
                                            "must match the size"),
+    "into no elements, of a shape that does not broadcast": (
+        lambda x: torch.empty(0, 4, device=x.device).copy_(x[:5]), RuntimeError, "must match the size"),
 }
 
 

@@ -740,6 +740,10 @@ static bool queued_copy(const at::Tensor& self, const at::Tensor& dst) {
 at::Tensor sim_copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   c10::Device device = self.device().type() == kSim ? self.device() : dst.device();
   if (any_capture() && capture_copy(self, dst)) return dst;  // graphs.cpp: recorded, not run
+  // Nothing to copy into an empty destination, once the CPU's copy would take the call: the host does not wait for
+  // the device, as CUDA's copy of no elements returns at once.
+  if (dst.numel() == 0 && at::is_expandable_to(self.sizes(), dst.sizes()) && !(self.is_complex() && !dst.is_complex()))
+    return dst;
   // A copy a kernel makes is part of that kernel: the driver would queue it behind the stream's later work.
   if (!on_device() && copy_with_driver(self, dst, non_blocking)) return dst;
   static const std::string kernel_name = "sim::copy_";

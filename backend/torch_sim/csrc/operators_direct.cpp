@@ -43,7 +43,10 @@
 #include <ATen/ops/eq_native.h>
 #include <ATen/ops/exp_native.h>
 #include <ATen/ops/fill_native.h>
+#include <ATen/ops/cat_cpu_dispatch.h>
+#include <ATen/ops/cat_meta_dispatch.h>
 #include <ATen/ops/embedding_dense_backward_cpu_dispatch.h>
+#include <ATen/ops/index_select_cpu_dispatch.h>
 #include <ATen/ops/native_layer_norm_backward_cpu_dispatch.h>
 #include <ATen/ops/native_layer_norm_cpu_dispatch.h>
 #include <ATen/ops/nll_loss_backward_native.h>
@@ -1098,6 +1101,63 @@ struct DirectClone {
   }
 };
 
+// ------------------------------------------------------------------------------------ gathering rows
+// index_select (an embedding's lookup) and cat (the gradient of a split, joined key and value heads), for tensors on
+// one sim device of the standard dtypes. The output is sized at the call by the CPU's own rule (cat's meta(), run on
+// the meta device; index_select's contiguous result), which also raises at the call every error those rules raise;
+// the CPU's kernel runs on the device into it. An index out of range is read on the device, so it is the device's
+// error, raised by the next synchronising call (SIM_LAUNCH_BLOCKING=1: by the call), as on CUDA.
+struct DirectIndexSelect {
+  static inline std::optional<Registered> registered;
+
+  static bool sized_at_call(const at::Tensor& self, const at::Tensor& index) {
+    return !any_capture() && on_one_sim_device(self, index) && plain(self) && plain(index) &&
+           DirectFill::standard(self.scalar_type()) &&
+           (index.scalar_type() == c10::kLong || index.scalar_type() == c10::kInt) && index.dim() <= 1 &&
+           (self.dim() > 0 || index.numel() == 1);
+  }
+
+  static at::Tensor call(const at::Tensor& self, int64_t dim, const at::Tensor& index) {
+    if (!sized_at_call(self, index)) return on_host_route(*registered, self, dim, index);
+    dim = at::maybe_wrap_dim(dim, self.dim());
+    std::vector<int64_t> sizes = self.sizes().vec();
+    if (self.dim() > 0) sizes[dim] = index.numel();
+    at::Tensor output = contiguous_output(sizes, self);
+    launch_kernel(self.device(), registered->kernel_name,
+                  [self = kernel_handle(self), dim, index = kernel_handle(index), output = kernel_handle(output)] {
+                    at::Tensor into = host_view(output);
+                    at::cpu::index_select_out(into, host_view(self), dim, host_view(index));
+                  });
+    return output;
+  }
+};
+
+struct DirectCat {
+  static inline std::optional<Registered> registered;
+
+  static at::Tensor call(const at::ITensorListRef& tensors, int64_t dim) {
+    std::optional<c10::Device> device;
+    bool sized_at_call = !any_capture();
+    for (const at::Tensor& t : tensors)
+      sized_at_call = sized_at_call && on_sim(t) && agrees(t, device) && plain(t) && DirectFill::standard(t.scalar_type());
+    if (!sized_at_call || !device)
+      return on_host_route(*registered, std::vector<at::Tensor>(tensors.begin(), tensors.end()), dim);
+    const at::Tensor shape = at::meta::cat(tensors, dim);
+    at::Tensor output = at::empty_strided(shape.sizes(), shape.strides(), shape.options().device(*device));
+    std::vector<at::Tensor> handles;
+    for (const at::Tensor& t : tensors) handles.push_back(kernel_handle(t));
+    launch_kernel(*device, registered->kernel_name,
+                  [handles = std::move(handles), dim, output = kernel_handle(output)] {
+                    std::vector<at::Tensor> views;
+                    views.reserve(handles.size());
+                    for (const at::Tensor& handle : handles) views.push_back(host_view(handle));
+                    at::Tensor into = host_view(output);
+                    at::cpu::cat_out(into, views, dim);
+                  });
+    return output;
+  }
+};
+
 // torch._assert_async: the host's check runs on the device, and its failure is the device's, raised by the
 // next synchronising call, as CUDA's device-side assertions are.
 void check_on_device(const at::Tensor& condition, const std::optional<std::string>& message) {
@@ -1267,6 +1327,8 @@ std::vector<std::string> install_direct_kernels() {
   install<DirectFill>(m, "fill_.Scalar");
   install<DirectComposite<&native::zero_, at::Tensor&, at::Tensor&>>(m, "zero_");
   install<DirectClone>(m, "clone");
+  install<DirectIndexSelect>(m, "index_select");
+  install<DirectCat>(m, "cat");
   constexpr at::Tensor (*where_of_tensors)(Tensor, Tensor, Tensor) = &native::where;
   install<DirectNative<where_of_tensors, at::Tensor, Tensor, Tensor, Tensor>>(m, "where.self");
   install<DirectNative<&native::where_self_out, at::Tensor&, Tensor, Tensor, Tensor, at::Tensor&>>(

@@ -950,7 +950,7 @@ void scaled_product(at::Tensor output, const at::Tensor& a, const at::Tensor& b,
 // generator when it runs, which the host waits for wherever it reads or sets that generator's state (queue_draw),
 // so that every draw sees the state the program's order gives it. An empty input, and a call outside training,
 // draw nothing and run at the call, as the CPU's do. Other dtypes, and a probability outside [0, 1], take the boxed
-// route, which raises the CPU's error at the call.
+// route, which raises the CPU's error at the call, as do calls before the bring-up's generator step is installed.
 struct DirectNativeDropout {
   static inline std::optional<Registered> registered;
 
@@ -961,7 +961,7 @@ struct DirectNativeDropout {
     const auto mask_options = input.options().dtype(at::kBool);
     if (!train.value_or(true)) return {input.clone(), at::ones_like(input, mask_options)};
     const double keep = 1. - p;
-    if (!computed_floating(input.scalar_type()) || !(keep >= 0 && keep <= 1))
+    if (!computed_floating(input.scalar_type()) || !(keep >= 0 && keep <= 1) || !generator_installed())
       return host_route_tensors<2>(*registered, input, p, train);
     const double scale = keep == 0 ? 0. : 1. / keep;
     at::Tensor mask = at::empty_like(input, mask_options);

@@ -47,6 +47,10 @@ HOST_IMPL_CALLS = {
     "nll_loss_backward": lambda a, b: torch.ops.aten.nll_loss_backward(a[0, 0], b, classes_on(a.device), None, 2, 1,
                                                                        a[1, 1]),
     "native_layer_norm": lambda a, b: torch.native_layer_norm(a, (64,), b[0], b[1], 1e-5)[0],
+    "where.self": lambda a, b: torch.where(a > 0, a, b[0]),
+    "where.self of numbers": lambda a, b: torch.where(a > 0, 0.0, -1.5),
+    "index_select": lambda a, b: a.index_select(1, classes_on(a.device)),
+    "cat": lambda a, b: torch.cat([a, b.t()], 1),
     "embedding_dense_backward": lambda a, b: torch.ops.aten.embedding_dense_backward(a, classes_on(a.device), 64, 3,
                                                                                      True),
     "native_layer_norm_backward": lambda a, b: torch.ops.aten.native_layer_norm_backward(
@@ -76,8 +80,8 @@ def returned_while_the_device_slept(operator: str, launch):
 
 @pytest.mark.parametrize("operator", HOST_IMPL_CALLS)
 def test_a_direct_kernel_that_runs_the_cpus_impl_returns_before_the_device_ran_it(operator):
-    """A matrix product, softmax, sum or triangle is queued as the element-wise kernels are: the host goes on, and
-    the result is the CPU's once the device ran it."""
+    """A matrix product, softmax, sum, triangle, where or gather is queued as the element-wise kernels are: the host
+    goes on, and the result is the CPU's once the device ran it."""
     call = HOST_IMPL_CALLS[operator]
     a, b = torch.randn(64, 64, generator=torch.Generator().manual_seed(1)), torch.randn(64, 64)
     on_sim = a.to("sim"), b.to("sim")

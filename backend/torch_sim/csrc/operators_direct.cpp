@@ -43,10 +43,12 @@
 #include <ATen/ops/eq_native.h>
 #include <ATen/ops/exp_native.h>
 #include <ATen/ops/fill_native.h>
+#include <ATen/ops/bernoulli_cpu_dispatch.h>
 #include <ATen/ops/cat_cpu_dispatch.h>
 #include <ATen/ops/cat_meta_dispatch.h>
 #include <ATen/ops/embedding_dense_backward_cpu_dispatch.h>
 #include <ATen/ops/index_select_cpu_dispatch.h>
+#include <ATen/ops/where_cpu_dispatch.h>
 #include <ATen/ops/native_layer_norm_backward_cpu_dispatch.h>
 #include <ATen/ops/native_layer_norm_cpu_dispatch.h>
 #include <ATen/ops/nll_loss_backward_native.h>
@@ -970,7 +972,7 @@ struct DirectNativeDropout {
                   [input = kernel_handle(input), mask = kernel_handle(mask), output = kernel_handle(output), keep,
                    scale, generator = queue_draw(current_stream(input.device()))] {
                     at::Tensor drawn = host_view(mask);
-                    drawn.bernoulli_(keep, generator);
+                    at::cpu::bernoulli_(drawn, keep, generator);
                     scaled_product(host_view(output), host_view(input), drawn, scale);
                   });
     return {output, mask};
@@ -1098,6 +1100,36 @@ struct DirectClone {
                             : at::empty_like(self, self.options(), format);
     launch_copy(self, result, registered->kernel_name);
     return result;
+  }
+};
+
+// where of a boolean condition and two values of one standard dtype, all on one sim device: the output is sized at the
+// call by the TensorIterator that the CPU's where builds (which resizes an empty output), and the CPU's where runs into
+// it on the device. Other calls (a conversion first, a 0-dim value on the CPU) run as DirectNative's, on the device.
+constexpr at::Tensor (*where_of_tensors)(const at::Tensor&, const at::Tensor&, const at::Tensor&) = &at::native::where;
+
+struct DirectWhere
+    : DirectNative<where_of_tensors, at::Tensor, const at::Tensor&, const at::Tensor&, const at::Tensor&> {
+  static at::Tensor call(const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other) {
+    if (any_capture() || !on_one_sim_device(condition, self, other) || !plain(condition) || !plain(self) ||
+        !plain(other) || condition.scalar_type() != at::kBool || self.scalar_type() != other.scalar_type() ||
+        !DirectFill::standard(self.scalar_type()))
+      return DirectNative::call(condition, self, other);
+    at::Tensor output = at::empty({0}, self.options());
+    at::TensorIteratorConfig()
+        .check_all_same_dtype(false)
+        .add_output(output)
+        .add_const_input(condition)
+        .add_const_input(self)
+        .add_const_input(other)
+        .build();
+    launch_kernel(self.device(), registered->kernel_name,
+                  [condition = kernel_handle(condition), self = kernel_handle(self), other = kernel_handle(other),
+                   output = kernel_handle(output)] {
+                    at::Tensor into = host_view(output);
+                    at::cpu::where_out(into, host_view(condition), host_view(self), host_view(other));
+                  });
+    return output;
   }
 };
 
@@ -1329,8 +1361,7 @@ std::vector<std::string> install_direct_kernels() {
   install<DirectClone>(m, "clone");
   install<DirectIndexSelect>(m, "index_select");
   install<DirectCat>(m, "cat");
-  constexpr at::Tensor (*where_of_tensors)(Tensor, Tensor, Tensor) = &native::where;
-  install<DirectNative<where_of_tensors, at::Tensor, Tensor, Tensor, Tensor>>(m, "where.self");
+  install<DirectWhere>(m, "where.self");
   install<DirectNative<&native::where_self_out, at::Tensor&, Tensor, Tensor, Tensor, at::Tensor&>>(
       m, "where.self_out");
   install_assert_async(m);

@@ -142,7 +142,8 @@ def test_a_seed_set_after_a_queued_dropout_reaches_only_the_draws_after_it():
 def test_draws_on_two_streams_keep_the_programs_order(second_draw):
     """The second draw, on another stream, is made after the first, queued behind a sleep on its own stream."""
     x = dropout_input()
-    draw = {"dropout": lambda t: aten.native_dropout(t, 0.5, True)[1], "rand": lambda t: torch.rand(100, device=t.device)}
+    draw = {"dropout": lambda t: aten.native_dropout(t, 0.5, True)[1],
+            "rand": lambda t: torch.rand(100, device=t.device)}
     torch.manual_seed(11)
     first, second = aten.native_dropout(x, 0.3, True)[1], draw[second_draw](x)
     on_sim = x.to("sim")

@@ -1059,24 +1059,25 @@ struct DirectComposite : DirectNative<function, Result, Args...> {
   }
 };
 
+// The dtypes every CPU kernel the direct kernels run has a loop for.
+bool standard_dtype(c10::ScalarType type) {
+  switch (type) {
+    case c10::kBool: case c10::kByte: case c10::kChar: case c10::kShort: case c10::kInt: case c10::kLong:
+    case c10::kHalf: case c10::kBFloat16: case c10::kFloat: case c10::kDouble: case c10::kComplexFloat:
+    case c10::kComplexDouble:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // fill_ with a number: the one way a fill fails is a number its tensor's dtype cannot hold, and the CPU and CUDA
 // both convert the number before their loop, so the conversion runs at the call and the fill is queued. Dtypes
 // other than the standard ones take DirectNative's route, whose kernel the host waits for.
 struct DirectFill : DirectNative<static_cast<at::Tensor& (*)(at::Tensor&, const c10::Scalar&)>(&at::native::fill_),
                                  at::Tensor&, at::Tensor&, const c10::Scalar&> {
-  static bool standard(c10::ScalarType type) {
-    switch (type) {
-      case c10::kBool: case c10::kByte: case c10::kChar: case c10::kShort: case c10::kInt: case c10::kLong:
-      case c10::kHalf: case c10::kBFloat16: case c10::kFloat: case c10::kDouble: case c10::kComplexFloat:
-      case c10::kComplexDouble:
-        return true;
-      default:
-        return false;
-    }
-  }
-
   static at::Tensor& call(at::Tensor& self, const c10::Scalar& value) {
-    if (any_capture() || !on_sim(self) || !plain(self) || !standard(self.scalar_type()))
+    if (any_capture() || !on_sim(self) || !plain(self) || !standard_dtype(self.scalar_type()))
       return DirectNative::call(self, value);
     AT_DISPATCH_V2(self.scalar_type(), "fill_", AT_WRAP([&] { (void)value.to<scalar_t>(); }),
                    AT_EXPAND(AT_ALL_TYPES_AND_COMPLEX), c10::kHalf, c10::kBFloat16, c10::kBool);
@@ -1113,7 +1114,7 @@ struct DirectWhere
   static at::Tensor call(const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other) {
     if (any_capture() || !on_one_sim_device(condition, self, other) || !plain(condition) || !plain(self) ||
         !plain(other) || condition.scalar_type() != at::kBool || self.scalar_type() != other.scalar_type() ||
-        !DirectFill::standard(self.scalar_type()))
+        !standard_dtype(self.scalar_type()))
       return DirectNative::call(condition, self, other);
     at::Tensor output = at::empty({0}, self.options());
     at::TensorIteratorConfig()
@@ -1144,7 +1145,7 @@ struct DirectIndexSelect {
 
   static bool sized_at_call(const at::Tensor& self, const at::Tensor& index) {
     return !any_capture() && on_one_sim_device(self, index) && plain(self) && plain(index) &&
-           DirectFill::standard(self.scalar_type()) &&
+           standard_dtype(self.scalar_type()) &&
            (index.scalar_type() == c10::kLong || index.scalar_type() == c10::kInt) && index.dim() <= 1 &&
            (self.dim() > 0 || index.numel() == 1);
   }
@@ -1171,7 +1172,7 @@ struct DirectCat {
     std::optional<c10::Device> device;
     bool sized_at_call = !any_capture();
     for (const at::Tensor& t : tensors)
-      sized_at_call = sized_at_call && on_sim(t) && agrees(t, device) && plain(t) && DirectFill::standard(t.scalar_type());
+      sized_at_call = sized_at_call && on_sim(t) && agrees(t, device) && plain(t) && standard_dtype(t.scalar_type());
     if (!sized_at_call || !device)
       return on_host_route(*registered, std::vector<at::Tensor>(tensors.begin(), tensors.end()), dim);
     const at::Tensor shape = at::meta::cat(tensors, dim);

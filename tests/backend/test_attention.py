@@ -157,3 +157,64 @@ def test_multihead_attention_trains_like_the_cpu_and_runs_its_fast_path():
         fast_cpu, _ = cpu(x, x, x, need_weights=False)
         fast_sim, _ = sim(x_sim, x_sim, x_sim, need_weights=False)
     assert torch.equal(fast_cpu, fast_sim.cpu())
+
+
+FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+
+
+@pytest.mark.parametrize(("query_shape", "key_shape"), [((1, 2, 0, 4), (1, 2, 5, 4)), ((1, 2, 3, 4), (1, 2, 0, 4)),
+                                                        ((1, 0, 3, 4), (1, 0, 5, 4))],
+                         ids=["no query tokens", "no key tokens", "no heads"])
+def test_flash_attention_without_heads_or_tokens_is_refused_where_the_cpus_kernel_stops_the_process(query_shape,
+                                                                                                    key_shape):
+    """The CPU's flash kernel divides by the numbers of heads and tokens, and such a call stops its process (SIGFPE),
+    so this test cannot make it on the CPU. sim refuses it in one line, forward and backward, and goes on."""
+    q, k = torch.randn(query_shape, device="sim"), torch.randn(key_shape, device="sim")
+    with pytest.raises(ValueError, match="flash attention needs at least one head and one token") as raised:
+        FLASH(q, k, k)
+    assert "\n" not in str(raised.value)
+    with pytest.raises(ValueError, match="flash attention needs at least one head and one token"):
+        FLASH_BACKWARD(q, q, k, k, q, torch.empty(query_shape[:3], device="sim"), 0.0, False)
+    q, k = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 5, 4)
+    assert torch.equal(FLASH(q.to("sim"), k.to("sim"), k.to("sim"))[0].cpu(), FLASH(q, k, k)[0])
+
+
+def rows_not_contiguous(t: torch.Tensor) -> torch.Tensor:
+    """`t`'s values, laid out with its last two dimensions swapped in memory: each row of features strided."""
+    return t.transpose(2, 3).contiguous().transpose(2, 3)
+
+
+def attention_by_its_definition(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5, -1) @ v
+
+
+@pytest.mark.parametrize("argument", ["query", "key", "value"])
+def test_flash_attention_refuses_strided_rows_of_features_where_the_cpus_kernel_gives_a_wrong_result(argument):
+    generator = torch.Generator().manual_seed(0)
+    inputs = {"query": torch.randn(2, 3, 5, 4, dtype=torch.float64, generator=generator),
+              "key": torch.randn(2, 3, 7, 4, dtype=torch.float64, generator=generator),
+              "value": torch.randn(2, 3, 7, 4, dtype=torch.float64, generator=generator)}
+    expected = attention_by_its_definition(*inputs.values())
+    strided = dict(inputs, **{argument: rows_not_contiguous(inputs[argument])})
+    assert not torch.allclose(FLASH(*strided.values())[0], expected), "the CPU's kernel computes such rows right now"
+    with pytest.raises(ValueError, match=f"reads each row of features as contiguous, but {argument} has strides"):
+        FLASH(*(t.to("sim") for t in strided.values()))
+    as_the_error_says = FLASH(*(t.contiguous().to("sim") for t in strided.values()))[0]
+    torch.testing.assert_close(as_the_error_says.cpu(), expected)
+
+
+def test_flash_attention_backward_refuses_a_result_with_strided_rows_where_the_cpus_kernel_gives_a_wrong_result():
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 4, dtype=torch.float64, generator=generator).requires_grad_() for _ in range(3))
+    grad_out = torch.randn(2, 3, 5, 4, dtype=torch.float64, generator=generator)
+    expected = torch.autograd.grad(attention_by_its_definition(q, k, v), (q, k, v), grad_out)
+    out, logsumexp = FLASH(q.detach(), k.detach(), v.detach())
+    strided = (grad_out, q.detach(), k.detach(), v.detach(), rows_not_contiguous(out), logsumexp, 0.0, False)
+    assert not torch.allclose(FLASH_BACKWARD(*strided)[0], expected[0]), "the CPU's kernel computes it right now"
+    on_sim = [t.to("sim") if isinstance(t, torch.Tensor) else t for t in strided]
+    with pytest.raises(ValueError, match="reads each row of features as contiguous, but out has strides"):
+        FLASH_BACKWARD(*on_sim)
+    on_sim[4] = on_sim[4].contiguous()
+    for gradient, wanted in zip(FLASH_BACKWARD(*on_sim), expected):
+        torch.testing.assert_close(gradient.cpu(), wanted)

@@ -320,6 +320,54 @@ def where_out(op, sample, dtype) -> Run:
     return where_into, (sample.input, *sample.args, torch.empty(0, dtype=sample.input.dtype)), {}
 
 
+def flash_attention_arguments(sample) -> tuple[tuple, dict]:
+    """A scaled_dot_product_attention sample as the CPU's flash kernel takes it: (batch, heads, tokens, features), a
+    3-dimensional tensor as one head, a query of one head expanded to the key's heads, and no dropout (the kernel has
+    none)."""
+    query, key, value = (t if t.dim() == 4 else t.unsqueeze(1) for t in (sample.input, *sample.args[:2]))
+    query = query.expand(-1, key.shape[1], -1, -1)
+    kwargs = sample.kwargs
+    return (query, key, value, 0.0, kwargs.get("is_causal", False)), {"attn_mask": kwargs.get("attn_mask"),
+                                                                      "scale": kwargs.get("scale")}
+
+
+def flash_attention(op, sample, dtype) -> Run:
+    args, kwargs = flash_attention_arguments(sample)
+    return aten._scaled_dot_product_flash_attention_for_cpu, args, kwargs
+
+
+def flash_attention_backward(op, sample, dtype) -> Run:
+    """The gradients of a flash attention sample, from its forward on the CPU and a gradient of its result's shape."""
+    args, kwargs = flash_attention_arguments(sample)
+    out, logsumexp = aten._scaled_dot_product_flash_attention_for_cpu(*args, **kwargs)
+    gradient = make_tensor(out.shape, dtype=dtype, device="cpu", low=-3, high=3)
+    return aten._scaled_dot_product_flash_attention_for_cpu_backward, (gradient, *args[:3], out, logsumexp,
+                                                                        *args[3:]), kwargs
+
+
+def attention_heads(a: torch.Tensor) -> torch.Tensor:
+    """`a` as the query, key and value of one head (1, 1, tokens, features): its last dimension the features, its other
+    elements the tokens; an empty `a` as batches of one token (the CPU's flash kernel divides by the tokens). Each row
+    of features is contiguous, as the kernel reads it."""
+    x = a.reshape(1, 1, -1, a.shape[-1]) if a.dim() else a.reshape(1, 1, 1, 1)
+    if x.numel() == 0:
+        x = x.transpose(0, 2)
+    return x if x.shape[-1] <= 1 or x.stride(-1) == 1 else x.contiguous()
+
+
+def flash_attention_of(a: torch.Tensor) -> torch.Tensor:
+    x = attention_heads(a)
+    return aten._scaled_dot_product_flash_attention_for_cpu(x, x, x)[0]
+
+
+def flash_attention_backward_of(a: torch.Tensor) -> torch.Tensor:
+    """The query's gradient of attention over `a`, with `a` as the gradient, the result and (its first features, in
+    the dtype the kernel computes in) the log-sum-exp."""
+    x = attention_heads(a)
+    logsumexp = x[..., 0].to(torch.float64 if x.dtype == torch.float64 else torch.float32)
+    return aten._scaled_dot_product_flash_attention_for_cpu_backward(x, x, x, x, x, logsumexp, 0.0, False)[0]
+
+
 @dataclass(frozen=True)
 class Coverage:
     """How a direct operator is tested: the OpInfo whose samples feed it, how a sample becomes a call, and one
@@ -419,6 +467,12 @@ COVERAGE: dict[str, Coverage] = {
     "native_dropout_backward": Coverage("native_dropout_backward", plain,
                                         lambda a, b, c: aten.native_dropout_backward(a, c, 1.25), binary=False),
     "zero_": Coverage("zero_", zero_in_place, lambda a, b, c: a.zero_(), binary=False),
+    "_scaled_dot_product_flash_attention_for_cpu": Coverage(
+        "nn.functional.scaled_dot_product_attention", flash_attention, lambda a, b, c: flash_attention_of(a),
+        binary=False),
+    "_scaled_dot_product_flash_attention_for_cpu_backward": Coverage(
+        "nn.functional.scaled_dot_product_attention", flash_attention_backward,
+        lambda a, b, c: flash_attention_backward_of(a), binary=False),
 }
 IN_PLACE = {"add_.Tensor", "sub_.Tensor", "mul_.Tensor", "div_.Tensor", "relu_", "clamp_min_", "fill_.Scalar",
             "zero_"}  # self first

@@ -55,6 +55,13 @@ HOST_IMPL_CALLS = {
                                                                                      True),
     "native_layer_norm_backward": lambda a, b: torch.ops.aten.native_layer_norm_backward(
         a, b, (64,), b[:, :1], b[:, 1:2], b[0], b[1], [True, True, True])[1],
+    "_scaled_dot_product_flash_attention_for_cpu":
+        lambda a, b: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            a.view(1, 4, 64, 16), b.view(1, 4, 64, 16), b.view(1, 4, 64, 16), 0.0, True)[0],
+    "_scaled_dot_product_flash_attention_for_cpu_backward":
+        lambda a, b: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            a.view(1, 4, 64, 16), b.view(1, 4, 64, 16), a.view(1, 4, 64, 16), b.view(1, 4, 64, 16),
+            a.view(1, 4, 64, 16), b.view(1, 4, 64, 16)[..., 0], 0.0, False)[1],
 }
 
 

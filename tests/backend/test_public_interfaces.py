@@ -29,6 +29,10 @@ INTEGRATION_POINTS = {
                             "delegates to its host group",
     "_assert_async_cpu": "the CPU's kernel of aten::_assert_async, the operator sim's kernel implements",
     "_assert_async_msg_cpu": "the CPU's kernel of aten::_assert_async.msg, the operator sim's kernel implements",
+    "_scaled_dot_product_flash_attention_for_cpu": "the CPU's kernel of the aten operator of that name, which sim's "
+                                                   "kernel implements and PrivateUse1's attention hook runs",
+    "_scaled_dot_product_flash_attention_for_cpu_backward": "the CPU's kernel of the aten operator of that name, "
+                                                            "which sim's kernel implements",
 }
 
 

@@ -17,6 +17,7 @@
 
 #include <ATen/Dispatch_v2.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/OpMathType.h>
 #include <ATen/ScalarOps.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/Version.h>
@@ -44,6 +45,8 @@
 #include <ATen/ops/exp_native.h>
 #include <ATen/ops/fill_native.h>
 #include <ATen/ops/bernoulli_cpu_dispatch.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward_cpu_dispatch.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_cpu_dispatch.h>
 #include <ATen/ops/cat_cpu_dispatch.h>
 #include <ATen/ops/cat_meta_dispatch.h>
 #include <ATen/ops/embedding_dense_backward_cpu_dispatch.h>
@@ -1191,6 +1194,130 @@ struct DirectCat {
   }
 };
 
+// ------------------------------------------------------------------------------------------ attention
+// The CPU's flash attention (PrivateUse1's attention hook runs it, torch_sim/operators.py) and its gradient, for
+// query, key and value of one floating dtype on one sim device, of shapes (batch, heads, tokens, features) that agree,
+// and an additive mask the CPU's kernel broadcasts (2 or 4 dimensions, each of its size or 1; float or the query's
+// dtype). The outputs are allocated at the call as the CPU allocates them (the result like the query, the log-sum-exp
+// and the gradients in the (batch, tokens, heads) order the kernel writes), and the CPU's kernel runs on the device
+// into host copies that are copied into them. Other calls take the boxed route, which raises the CPU's error at the
+// call; what the CPU's kernel cannot compute is refused at the call (check_attention_inputs).
+bool attention_heads(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value) {
+  return query.dim() == 4 && key.dim() == 4 && value.dim() == 4 && computed_floating(query.scalar_type()) &&
+         key.scalar_type() == query.scalar_type() && value.scalar_type() == query.scalar_type() &&
+         key.size(0) == query.size(0) && value.size(0) == query.size(0) && key.size(1) == query.size(1) &&
+         value.size(1) == query.size(1) && value.size(2) == key.size(2) && key.size(3) == query.size(3) &&
+         value.size(3) == query.size(3);
+}
+
+bool broadcast_mask(const std::optional<at::Tensor>& mask, const at::Tensor& query, const at::Tensor& key) {
+  if (!given(mask)) return true;
+  const at::Tensor& m = *mask;
+  if (!plain(m) || (m.scalar_type() != c10::kFloat && m.scalar_type() != query.scalar_type())) return false;
+  if (m.dim() != 2 && m.dim() != 4) return false;
+  const auto one_or = [](int64_t size, int64_t full) { return size == 1 || size == full; };
+  const bool leading = m.dim() == 2 || (one_or(m.size(0), query.size(0)) && one_or(m.size(1), query.size(1)));
+  return leading && one_or(m.size(-2), query.size(2)) && one_or(m.size(-1), key.size(2));
+}
+
+// Refuses, on either route, what the CPU's flash kernel cannot compute: it divides by the numbers of heads and tokens
+// of the query and the key (without them it stops the process), and reads each row of features of its tensors as
+// contiguous (with other strides its result is wrong).
+void check_attention_inputs(const at::Tensor& query, const at::Tensor& key,
+                            std::initializer_list<std::pair<const char*, const at::Tensor*>> rows) {
+  if (query.dim() != 4 || key.dim() != 4) return;
+  TORCH_CHECK_VALUE(query.size(1) > 0 && query.size(2) > 0 && key.size(1) > 0 && key.size(2) > 0,
+                    "sim: flash attention needs at least one head and one token in the query and the key, got a "
+                    "query of sizes ", query.sizes(), " and a key of sizes ", key.sizes(), " (the CPU's flash kernel "
+                    "divides by these numbers and stops the process); call scaled_dot_product_attention, which "
+                    "computes empty attention another way");
+  for (const auto& [name, t] : rows)
+    TORCH_CHECK_VALUE(!t->defined() || t->dim() != 4 || t->size(3) <= 1 || t->stride(3) == 1,
+                      "sim: flash attention reads each row of features as contiguous, but ", name, " has strides ",
+                      t->strides(), " (the CPU's flash kernel gives a wrong result for it); pass ", name,
+                      ".contiguous(), or call scaled_dot_product_attention");
+}
+
+// The log-sum-exp (batch, heads, tokens) in the query's math dtype, laid out (batch, tokens, heads) as the kernel
+// writes it.
+at::Tensor attention_logsumexp(const at::Tensor& query) {
+  const auto options = query.options().dtype(at::toOpMathType(query.scalar_type()));
+  return at::empty({query.size(0), query.size(2), query.size(1)}, options).transpose(1, 2);
+}
+
+// A gradient of `like`'s sizes, laid out (batch, tokens, heads, features) as the kernel writes it.
+at::Tensor attention_gradient(const at::Tensor& like) {
+  return at::empty({like.size(0), like.size(2), like.size(1), like.size(3)}, like.options()).transpose(1, 2);
+}
+
+struct DirectFlashAttention {
+  static inline std::optional<Registered> registered;
+  using Results = std::tuple<at::Tensor, at::Tensor>;
+
+  static Results call(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value, double dropout_p,
+                      bool is_causal, const std::optional<at::Tensor>& attn_mask, std::optional<double> scale) {
+    check_attention_inputs(query, key, {{"query", &query}, {"key", &key}, {"value", &value}});
+    if (any_capture() || !on_one_sim_device(query, key, value, attn_mask) || !plain(query) || !plain(key) ||
+        !plain(value) || dropout_p != 0.0 || !attention_heads(query, key, value) ||
+        !broadcast_mask(attn_mask, query, key))
+      return host_route_tensors<2>(*registered, query, key, value, dropout_p, is_causal, attn_mask, scale);
+    Results outputs{at::empty_like(query), attention_logsumexp(query)};
+    launch_kernel(query.device(), registered->kernel_name,
+                  [query = kernel_handle(query), key = kernel_handle(key), value = kernel_handle(value), is_causal,
+                   mask = held(attn_mask), scale,
+                   handles = std::array{kernel_handle(std::get<0>(outputs)), kernel_handle(std::get<1>(outputs))}] {
+                    auto [output, logsumexp] = at::cpu::_scaled_dot_product_flash_attention_for_cpu(
+                        host_view(query), host_view(key), host_view(value), 0.0, is_causal, host_argument(mask),
+                        scale);
+                    copy_results<2>(*registered, handles, {output, logsumexp});
+                  });
+    return outputs;
+  }
+};
+
+struct DirectFlashAttentionBackward {
+  static inline std::optional<Registered> registered;
+  using Results = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+
+  // The forward's result and log-sum-exp as the forward makes them, and a gradient like the result.
+  static bool from_the_forward(const at::Tensor& grad_out, const at::Tensor& query, const at::Tensor& out,
+                               const at::Tensor& logsumexp) {
+    const auto like_the_result = [&](const at::Tensor& t) {
+      return plain(t) && t.sizes() == query.sizes() && t.scalar_type() == query.scalar_type();
+    };
+    return like_the_result(grad_out) && like_the_result(out) && plain(logsumexp) &&
+           logsumexp.sizes() == query.sizes().slice(0, 3) &&
+           logsumexp.scalar_type() == at::toOpMathType(query.scalar_type());
+  }
+
+  static Results call(const at::Tensor& grad_out, const at::Tensor& query, const at::Tensor& key,
+                      const at::Tensor& value, const at::Tensor& out, const at::Tensor& logsumexp, double dropout_p,
+                      bool is_causal, const std::optional<at::Tensor>& attn_mask, std::optional<double> scale) {
+    if (grad_out.defined())
+      check_attention_inputs(query, key, {{"query", &query}, {"key", &key}, {"value", &value}, {"out", &out}});
+    if (any_capture() || !grad_out.defined() ||
+        !on_one_sim_device(grad_out, query, key, value, out, logsumexp, attn_mask) || !plain(query) || !plain(key) ||
+        !plain(value) || dropout_p != 0.0 || !attention_heads(query, key, value) ||
+        !broadcast_mask(attn_mask, query, key) || !from_the_forward(grad_out, query, out, logsumexp))
+      return host_route_tensors<3>(*registered, grad_out, query, key, value, out, logsumexp, dropout_p, is_causal,
+                                   attn_mask, scale);
+    Results outputs{attention_gradient(query), attention_gradient(key), attention_gradient(value)};
+    launch_kernel(query.device(), registered->kernel_name,
+                  [grad_out = kernel_handle(grad_out), query = kernel_handle(query), key = kernel_handle(key),
+                   value = kernel_handle(value), out = kernel_handle(out), logsumexp = kernel_handle(logsumexp),
+                   is_causal, mask = held(attn_mask), scale,
+                   handles = std::array{kernel_handle(std::get<0>(outputs)), kernel_handle(std::get<1>(outputs)),
+                                        kernel_handle(std::get<2>(outputs))}] {
+                    auto [grad_query, grad_key, grad_value] =
+                        at::cpu::_scaled_dot_product_flash_attention_for_cpu_backward(
+                            host_view(grad_out), host_view(query), host_view(key), host_view(value), host_view(out),
+                            host_view(logsumexp), 0.0, is_causal, host_argument(mask), scale);
+                    copy_results<3>(*registered, handles, {grad_query, grad_key, grad_value});
+                  });
+    return outputs;
+  }
+};
+
 // torch._assert_async: the host's check runs on the device, and its failure is the device's, raised by the
 // next synchronising call, as CUDA's device-side assertions are.
 void check_on_device(const at::Tensor& condition, const std::optional<std::string>& message) {
@@ -1362,6 +1489,8 @@ std::vector<std::string> install_direct_kernels() {
   install<DirectClone>(m, "clone");
   install<DirectIndexSelect>(m, "index_select");
   install<DirectCat>(m, "cat");
+  install<DirectFlashAttention>(m, "_scaled_dot_product_flash_attention_for_cpu");
+  install<DirectFlashAttentionBackward>(m, "_scaled_dot_product_flash_attention_for_cpu_backward");
   install<DirectWhere>(m, "where.self");
   install<DirectNative<&native::where_self_out, at::Tensor&, Tensor, Tensor, Tensor, at::Tensor&>>(
       m, "where.self_out");

@@ -98,6 +98,87 @@ def test_a_direct_kernel_that_runs_the_cpus_impl_returns_before_the_device_ran_i
     assert torch.sim.direct_route_exits() == {}, f"{operator} left its direct kernel"
 
 
+# Host kernels whose outputs' geometry follows from their arguments' geometry (operators.cpp, kOutputsFollowGeometry and
+# the convolutions): each call on an input `x` of 2 images of 3 channels and a 3-channel convolution `weight`.
+ARGUMENTS_GEOMETRY_CALLS = {
+    "convolution_overrideable": lambda x, weight: torch.nn.functional.conv2d(x, weight, padding=1),
+    "convolution_backward_overrideable": lambda x, weight: torch.ops.aten.convolution_backward(
+        x, x, weight, [3], [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, True, True])[1],
+    "max_pool2d_with_indices": lambda x, weight: torch.nn.functional.max_pool2d(x, 2),
+    "max_pool2d_with_indices_backward": lambda x, weight: torch.ops.aten.max_pool2d_with_indices_backward(
+        x[:, :, ::2, ::2], x, [2, 2], [2, 2], [0, 0], [1, 1], False, torch.nn.functional.max_pool2d(
+            x, 2, return_indices=True)[1]),
+    "avg_pool2d": lambda x, weight: torch.nn.functional.avg_pool2d(x, 2),
+    "avg_pool2d_backward": lambda x, weight: torch.ops.aten.avg_pool2d_backward(
+        x[:, :, ::2, ::2], x, [2, 2], [2, 2], [0, 0], False, True, None),
+    "_adaptive_avg_pool2d": lambda x, weight: torch.nn.functional.adaptive_avg_pool2d(x, 1),
+    "_adaptive_avg_pool2d_backward": lambda x, weight: torch.ops.aten._adaptive_avg_pool2d_backward(x[:, :, :1, :1],
+                                                                                                     x),
+    "native_batch_norm": lambda x, weight: torch.native_batch_norm(x, weight[0, 0, 0], weight[1, 0, 0],
+                                                                   weight[2, 0, 0], weight[0, 1, 1] * weight[0, 1, 1],
+                                                                   True, 0.1, 1e-5)[0],
+    "native_batch_norm_backward": lambda x, weight: torch.ops.aten.native_batch_norm_backward(
+        x, x, weight[0, 0, 0], None, None, weight[1, 0, 0], weight[2, 0, 0] * weight[2, 0, 0], True, 1e-5,
+        [True, True, True])[1],
+}
+
+
+@pytest.mark.parametrize("operator", ARGUMENTS_GEOMETRY_CALLS)
+def test_a_host_kernel_whose_arguments_geometry_ran_before_returns_before_the_device_ran_it(operator):
+    """The first call with a geometry of arguments runs at the call and keeps its outputs' geometry; a later call with
+    that geometry allocates its outputs at once and is queued, and computes the CPU's bits."""
+    call = ARGUMENTS_GEOMETRY_CALLS[operator]
+    generator = torch.Generator().manual_seed(3)
+    x, weight = torch.randn(2, 3, 8, 8, generator=generator), torch.randn(3, 3, 3, 3, generator=generator)
+    on_sim = x.to("sim"), weight.to("sim")
+    call(*on_sim)
+    result = returned_while_the_device_slept(operator, lambda: call(*on_sim))
+    expected = call(x, weight)
+    assert result.stride() == expected.stride(), f"{operator}: not the CPU's layout"
+    assert torch.equal(result.cpu(), expected), f"{operator}: not the CPU's bits"
+
+
+def test_a_geometry_seen_after_more_geometries_than_sim_keeps_is_still_queued():
+    """sim keeps the newest few hundred geometries of each operator, forgetting the oldest: a model's geometries are
+    learned again after a sweep of many others."""
+    for width in range(2, 700):
+        torch.nn.functional.avg_pool2d(torch.zeros(1, 1, 2, width, device="sim"), 2)
+    x = torch.randn(2, 3, 8, 8, device="sim")
+    torch.nn.functional.avg_pool2d(x, 2)
+    pooled = returned_while_the_device_slept("avg_pool2d", lambda: torch.nn.functional.avg_pool2d(x, 2))
+    assert torch.equal(pooled.cpu(), torch.nn.functional.avg_pool2d(x.cpu(), 2))
+
+
+def test_a_convolution_of_a_new_geometry_raises_the_cpus_error_at_the_call():
+    """A geometry that never ran runs at the call, so its error is the CPU's, raised there, even after other
+    geometries of the same convolution were queued; the device goes on."""
+    x, weight = torch.randn(2, 3, 8, 8, device="sim"), torch.randn(4, 3, 3, 3, device="sim")
+    for _ in range(2):
+        torch.nn.functional.conv2d(x, weight)
+    with pytest.raises(RuntimeError) as on_cpu:
+        torch.nn.functional.conv2d(x.cpu(), weight.cpu()[:, :2])
+    with pytest.raises(RuntimeError) as on_sim:
+        torch.nn.functional.conv2d(x, weight[:, :2])
+    assert str(on_sim.value).splitlines()[0] == str(on_cpu.value).splitlines()[0]
+    assert torch.equal(torch.nn.functional.conv2d(x, weight).cpu(), torch.nn.functional.conv2d(x.cpu(), weight.cpu()))
+
+
+def test_a_queued_gradient_becomes_the_parameters_gradient_without_a_copy():
+    """A launch holds no reference to the outputs it computes into, so autograd takes a convolution's, a batch norm's
+    gradient as the parameter's own instead of copying it (a copy shows in the profile as a device copy)."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)).to("sim")
+    x = torch.randn(2, 3, 8, 8, device="sim")
+    for _ in range(2):  # the second step queues every kernel
+        model.zero_grad(set_to_none=True)
+        model(x).sum().backward()
+    model.zero_grad(set_to_none=True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        model(x).sum().backward()
+    copies = [event for event in prof.events() if event.name == "aten::copy_" and event.cpu_parent is not None
+              and "AccumulateGrad" in event.cpu_parent.name]
+    assert copies == [], f"autograd copied {len(copies)} gradients"
+
+
 def test_a_class_out_of_range_in_a_queued_loss_is_raised_by_the_next_synchronising_call():
     """nll_loss reads its targets on the device: as with CUDA's device-side assertion, the launch returns and the next
     synchronising call raises, naming the kernel and the class."""

@@ -24,6 +24,7 @@
 #include <c10/util/flat_hash_map.h>
 
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -137,6 +138,134 @@ std::string sim_kernel_name(const std::string& qualified_name) {
   return "sim::" + qualified_name.substr(qualified_name.find("::") + 2);
 }
 
+// ------------------------------------------------------- outputs known from an earlier call
+// A host kernel sizes its own outputs, so the host waits for it. For the operators in kOutputsFollowGeometry, the
+// outputs' sizes, strides and dtypes follow from the geometry of the arguments alone (their sizes, strides and dtypes
+// and the other arguments' values), and so do the CPU's errors: the first call with each geometry runs at the call,
+// raising what the CPU raises, and its outputs' geometry is kept; a later call with the same geometry allocates its
+// outputs at the call and is queued, the host kernel computing into host tensors that are copied into them.
+static const std::unordered_set<std::string> kOutputsFollowGeometry{
+    "aten::max_pool2d_with_indices", "aten::max_pool2d_with_indices_backward", "aten::avg_pool2d",
+    "aten::avg_pool2d_backward", "aten::_adaptive_avg_pool2d", "aten::_adaptive_avg_pool2d_backward",
+    "aten::native_batch_norm", "aten::native_batch_norm_backward"};
+
+// The geometry of a call's arguments as a list of numbers, two calls with equal lists having equal outputs' geometry.
+class GeometryKey {
+ public:
+  void add(const at::Tensor& t) {
+    if (!t.defined()) return push({-1});
+    if (t.device().type() != kSim || t.layout() != c10::kStrided || t.is_conj() || t.is_neg()) usable_ = false;
+    push({-2, static_cast<int64_t>(t.scalar_type()), t.device().index(), t.dim()});
+    for (int64_t size : t.sizes()) numbers_.push_back(size);
+    for (int64_t stride : t.strides()) numbers_.push_back(stride);
+  }
+  void add(c10::IntArrayRef values, int64_t tag = -3) {
+    push({tag, static_cast<int64_t>(values.size())});
+    for (int64_t value : values) numbers_.push_back(value);
+  }
+  void add(int64_t value) { push({-4, value}); }
+  void add(bool value) { push({-5, value ? 1 : 0}); }
+  void add(double value) {
+    int64_t bits = 0;
+    std::memcpy(&bits, &value, sizeof bits);
+    push({-6, bits});
+  }
+  void add(const c10::IValue& value) {
+    if (value.isTensor()) return add(value.toTensor());
+    if (value.isNone()) return push({-7});
+    if (value.isBool()) return add(value.toBool());
+    if (value.isInt()) return add(value.toInt());
+    if (value.isDouble()) return add(value.toDouble());
+    if (value.isIntList()) return add(c10::IntArrayRef(value.toIntVector()));
+    if (value.isBoolList()) {
+      std::vector<int64_t> flags;
+      for (bool flag : value.toBoolList()) flags.push_back(flag ? 1 : 0);
+      return add(flags, -8);
+    }
+    usable_ = false;  // a value this key does not describe (a tensor list, a string, a generator)
+  }
+  bool usable() const { return usable_; }
+  const std::vector<int64_t>& numbers() const { return numbers_; }
+
+ private:
+  void push(std::initializer_list<int64_t> numbers) { numbers_.insert(numbers_.end(), numbers); }
+  std::vector<int64_t> numbers_;
+  bool usable_ = true;
+};
+
+struct OutputGeometry {
+  bool defined = false;
+  std::vector<int64_t> sizes, strides;
+  c10::ScalarType dtype = c10::kFloat;
+};
+
+// The outputs' geometry of each geometry of arguments that ran, per operator: the newest kMostGeometries (more than a
+// model's layers have), an older one forgotten for each new one beyond them.
+class KnownGeometries {
+ public:
+  std::optional<std::vector<OutputGeometry>> find(const GeometryKey& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = known_.find(key.numbers());
+    if (found == known_.end()) return std::nullopt;
+    return found->second;
+  }
+  // Keeps the geometry of `outputs` if they are new tensors: none a view of another or of an argument.
+  void record(const GeometryKey& key, const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& arguments) {
+    std::vector<OutputGeometry> geometry;
+    std::vector<const void*> storages;
+    for (const at::Tensor& t : arguments)
+      if (t.defined()) storages.push_back(t.storage().unsafeGetStorageImpl());
+    for (const at::Tensor& t : outputs) {
+      if (!t.defined()) {
+        geometry.emplace_back();
+        continue;
+      }
+      const void* storage = t.storage().unsafeGetStorageImpl();
+      if (std::find(storages.begin(), storages.end(), storage) != storages.end() || t.device().type() != kSim) return;
+      storages.push_back(storage);
+      geometry.push_back({true, t.sizes().vec(), t.strides().vec(), t.scalar_type()});
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!known_.emplace(key.numbers(), std::move(geometry)).second) return;
+    order_.push_back(key.numbers());
+    if (order_.size() > kMostGeometries) {
+      known_.erase(order_.front());
+      order_.pop_front();
+    }
+  }
+
+ private:
+  static constexpr size_t kMostGeometries = 512;
+  std::mutex mutex_;
+  std::map<std::vector<int64_t>, std::vector<OutputGeometry>> known_;
+  std::deque<std::vector<int64_t>> order_;  // the keys of known_, oldest first
+};
+
+// Outputs of the known geometry on `device`, allocated now.
+static std::vector<at::Tensor> allocated_outputs(const std::vector<OutputGeometry>& geometry, c10::Device device) {
+  c10::DeviceGuard guard(device);
+  std::vector<at::Tensor> outputs;
+  for (const OutputGeometry& output : geometry)
+    outputs.push_back(output.defined ? at::detail::empty_strided_generic(
+                                           output.sizes, output.strides, &device_allocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), output.dtype)
+                                     : at::Tensor());
+  return outputs;
+}
+
+// Copies a host kernel's result into the output allocated for it at the call, which has its sizes and dtype unless the
+// operator broke the rule of kOutputsFollowGeometry.
+static void copy_into_output(const at::Tensor& result, const at::Tensor& output_alias, const std::string& name) {
+  if (!output_alias.defined()) return;
+  TORCH_CHECK(result.defined() && result.sizes() == output_alias.sizes() &&
+                  result.scalar_type() == output_alias.scalar_type(),
+              "sim allocated an output of ", name, " as an earlier call with the same arguments' geometry returned it "
+              "(sizes ", output_alias.sizes(), ", ", output_alias.scalar_type(), "), but the host kernel returned ",
+              result.defined() ? c10::str("sizes ", result.sizes(), ", ", result.scalar_type()) : "none",
+              "; report it with the call that did this");
+  output_alias.copy_(result);
+}
+
 struct OperatorEntry {
   std::string name;
   std::string kernel_name;  // its kernel in profiler traces: "sim::mm" for aten::mm
@@ -149,6 +278,7 @@ struct OperatorEntry {
   // does not wait computes the new tensors in place over copies of the first list
   std::optional<c10::OperatorHandle> in_place_twin;
   std::vector<int> generator_arguments;  // Generator? arguments, filled in from the device generator
+  std::shared_ptr<KnownGeometries> known_geometries;  // of the operators in kOutputsFollowGeometry
 };
 static std::mutex g_operator_entries_mutex;
 static std::unordered_map<const c10::FunctionSchema*, OperatorEntry> g_operator_entries;
@@ -189,6 +319,7 @@ static OperatorEntry& filled_operator_entry(const c10::OperatorHandle& op) {
     static const std::unordered_set<std::string> indexing{"index", "index_put", "index_put_", "_index_put_impl_",
                                                           "_unsafe_index", "_unsafe_index_put"};
     entry.takes_host_indices = indexing.count(base) > 0;
+    if (kOutputsFollowGeometry.count(entry.name) > 0) entry.known_geometries = std::make_shared<KnownGeometries>();
     entry.has_host_kernel = op.hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
                             op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
                             op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) ||
@@ -459,6 +590,22 @@ void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       "' has no sim kernel and no host kernel to fall back to. Register a kernel for PrivateUse1 "
       "with torch.library.impl('", entry.name, "', 'PrivateUse1').");
   if (any_capture() && capture_kernel(op, stack, device)) return;  // graphs.cpp: recorded, not run
+  std::optional<GeometryKey> key;  // of an operator whose outputs follow the arguments' geometry
+  std::optional<std::vector<OutputGeometry>> known;
+  std::vector<at::Tensor> argument_tensors;
+  if (entry.known_geometries && !where.host_tensor && !any_capture()) {
+    key.emplace();
+    for (size_t i = 0; i < arguments.size(); ++i) {
+      const c10::IValue& value = (*stack)[first + i];
+      key->add(value);
+      if (value.isTensor()) argument_tensors.push_back(value.toTensor());
+    }
+    if (key->usable()) {
+      known = entry.known_geometries->find(*key);
+    } else {
+      key.reset();
+    }
+  }
   const bool without_waiting = (entry.updates_in_place_only || entry.in_place_twin) && !where.host_tensor &&
                                cpu_kernel_takes(op.schema(), *stack, first, device);
   // An out-of-place foreach call that need not wait: its new tensors, of the first list's shapes and dtypes, are
@@ -503,6 +650,28 @@ void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     } else if (value.isGenerator() && value.toGenerator().device().type() == kSim) {
       value = host_generator_for(value.toGenerator());
     }
+  }
+
+  if (known) {
+    // The launch holds host aliases of the outputs, which do not own them: autograd takes a gradient that nothing
+    // else holds as the parameter's own, where it would copy one that a launch holds.
+    std::vector<at::Tensor> outputs = allocated_outputs(*known, device);
+    std::vector<at::Tensor> output_aliases;
+    for (const at::Tensor& t : outputs) output_aliases.push_back(host_alias(t));
+    std::vector<c10::IValue> host_arguments(std::make_move_iterator(stack->begin() + first),
+                                            std::make_move_iterator(stack->end()));
+    stack->erase(stack->begin() + first, stack->end());
+    launch_kernel(device, entry.kernel_name, [op, device, host_arguments = std::move(host_arguments),
+                                              aliases = std::move(aliases), output_aliases = std::move(output_aliases),
+                                              name = entry.name]() mutable {
+      HostScope scope(device);
+      torch::jit::Stack host_stack = std::move(host_arguments);
+      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host_stack);
+      for (size_t i = 0; i < output_aliases.size(); ++i)
+        copy_into_output(host_stack[i].isTensor() ? host_stack[i].toTensor() : at::Tensor(), output_aliases[i], name);
+    });
+    for (at::Tensor& t : outputs) stack->emplace_back(std::move(t));
+    return;
   }
 
   if (without_waiting) {
@@ -552,6 +721,14 @@ void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       }
     }
   }, true, entry.pointwise ? std::optional<int64_t>(elements) : std::nullopt);
+  if (key) {
+    std::vector<at::Tensor> outputs;
+    for (size_t i = stack->size() - op.schema().returns().size(); i < stack->size(); ++i) {
+      if (!(*stack)[i].isTensor()) return;
+      outputs.push_back((*stack)[i].toTensor());
+    }
+    entry.known_geometries->record(*key, outputs, argument_tensors);
+  }
 }
 
 static void native_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
@@ -807,6 +984,27 @@ at::Tensor sim_convolution_overrideable(const at::Tensor& input, const at::Tenso
                                             groups))
       return *captured;
   static const std::string kernel_name = "sim::convolution_overrideable";
+  static KnownGeometries known_geometries;
+  GeometryKey key;
+  for (const at::Tensor& t : {input, weight, bias.value_or(at::Tensor())}) key.add(t);
+  for (c10::IntArrayRef values : {stride, padding, dilation, output_padding}) key.add(values);
+  key.add(transposed);
+  key.add(groups);
+  if (key.usable() && !any_capture())
+    if (auto known = known_geometries.find(key)) {
+      at::Tensor output = allocated_outputs(*known, input.device())[0];
+      launch_kernel(input.device(), kernel_name,
+                    [input, weight, bias, stride = stride.vec(), padding = padding.vec(), dilation = dilation.vec(),
+                     transposed, output_padding = output_padding.vec(), groups, output = host_alias(output)] {
+                      HostScope scope(input.device());
+                      std::optional<at::Tensor> host_bias =
+                          bias ? std::optional<at::Tensor>(host_alias(*bias)) : std::nullopt;
+                      copy_into_output(at::convolution(host_alias(input), host_alias(weight), host_bias, stride,
+                                                       padding, dilation, transposed, output_padding, groups),
+                                       output, "aten::convolution_overrideable");
+                    });
+      return output;
+    }
   at::Tensor output;
   run_kernel(input.device(), kernel_name, [&] {
     at::Tensor host_output;
@@ -818,6 +1016,7 @@ at::Tensor sim_convolution_overrideable(const at::Tensor& input, const at::Tenso
     }
     output = to_device(host_output, input.device());
   });
+  if (key.usable()) known_geometries.record(key, {output}, {input, weight, bias.value_or(at::Tensor())});
   return output;
 }
 
@@ -830,6 +1029,33 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sim_convolution_backward_override
                                                      output_padding, groups, output_mask))
       return *captured;
   static const std::string kernel_name = "sim::convolution_backward_overrideable";
+  static KnownGeometries known_geometries;
+  GeometryKey key;
+  for (const at::Tensor& t : {grad_output, input, weight}) key.add(t);
+  for (c10::IntArrayRef values : {stride, padding, dilation, output_padding}) key.add(values);
+  key.add(transposed);
+  key.add(groups);
+  for (bool wanted : output_mask) key.add(wanted);
+  if (key.usable() && !any_capture())
+    if (auto known = known_geometries.find(key)) {
+      std::vector<at::Tensor> outputs = allocated_outputs(*known, input.device());
+      launch_kernel(input.device(), kernel_name,
+                    [grad_output, input, weight, stride = stride.vec(), padding = padding.vec(),
+                     dilation = dilation.vec(), transposed, output_padding = output_padding.vec(), groups, output_mask,
+                     output_aliases = std::array{host_alias(outputs[0]), host_alias(outputs[1]),
+                                                 host_alias(outputs[2])}] {
+                      HostScope scope(input.device());
+                      std::vector<int64_t> bias_sizes{grad_output.size(1)};
+                      auto [grad_input, grad_weight, grad_bias] = at::convolution_backward(
+                          host_alias(grad_output), host_alias(input), host_alias(weight), bias_sizes, stride, padding,
+                          dilation, transposed, output_padding, groups, output_mask);
+                      const std::string name = "aten::convolution_backward_overrideable";
+                      copy_into_output(grad_input, output_aliases[0], name);
+                      copy_into_output(grad_weight, output_aliases[1], name);
+                      copy_into_output(grad_bias, output_aliases[2], name);
+                    });
+      return {outputs[0], outputs[1], outputs[2]};
+    }
   std::tuple<at::Tensor, at::Tensor, at::Tensor> result;
   run_kernel(input.device(), kernel_name, [&] {
     std::tuple<at::Tensor, at::Tensor, at::Tensor> grads;
@@ -845,6 +1071,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sim_convolution_backward_override
     result = {to_device(std::get<0>(grads), input.device()), to_device(std::get<1>(grads), input.device()),
               to_device(std::get<2>(grads), input.device())};
   });
+  if (key.usable())
+    known_geometries.record(key, {std::get<0>(result), std::get<1>(result), std::get<2>(result)},
+                            {grad_output, input, weight});
   return result;
 }
 

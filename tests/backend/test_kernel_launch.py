@@ -49,6 +49,7 @@ HOST_IMPL_CALLS = {
     "native_layer_norm": lambda a, b: torch.native_layer_norm(a, (64,), b[0], b[1], 1e-5)[0],
     "where.self": lambda a, b: torch.where(a > 0, a, b[0]),
     "where.self of numbers": lambda a, b: torch.where(a > 0, 0.0, -1.5),
+    "where.self_out": lambda a, b: torch.where(a > 0, a, b, out=torch.empty(0, device=a.device)),
     "index_select": lambda a, b: a.index_select(1, classes_on(a.device)),
     "cat": lambda a, b: torch.cat([a, b.t()], 1),
     "embedding_dense_backward": lambda a, b: torch.ops.aten.embedding_dense_backward(a, classes_on(a.device), 64, 3,

@@ -1107,33 +1107,57 @@ struct DirectClone {
   }
 };
 
-// where of a boolean condition and two values of one standard dtype, all on one sim device: the output is sized at the
-// call by the TensorIterator that the CPU's where builds (which resizes an empty output), and the CPU's where runs into
-// it on the device. Other calls (a conversion first, a 0-dim value on the CPU) run as DirectNative's, on the device.
+// where of a boolean condition and two values of one standard dtype, all on one sim device (and an out= of that dtype
+// there): the output is sized at the call by the TensorIterator that the CPU's where builds (which resizes an empty
+// output), and the CPU's where runs into it on the device. Other calls (a conversion first, a 0-dim value on the CPU)
+// run as DirectNative's, on the device.
 constexpr at::Tensor (*where_of_tensors)(const at::Tensor&, const at::Tensor&, const at::Tensor&) = &at::native::where;
+
+bool where_of_one_dtype(const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other) {
+  return !any_capture() && on_one_sim_device(condition, self, other) && plain(condition) && plain(self) &&
+         plain(other) && condition.scalar_type() == at::kBool && self.scalar_type() == other.scalar_type() &&
+         standard_dtype(self.scalar_type());
+}
+
+// Sizes `output` (resizing it, as the CPU's where does) by the TensorIterator the CPU's where builds, which raises at the
+// call what that iterator refuses, and queues the CPU's where into it.
+void launch_where(const Registered& registered, const at::Tensor& condition, const at::Tensor& self,
+                  const at::Tensor& other, const at::Tensor& output) {
+  at::TensorIteratorConfig()
+      .check_all_same_dtype(false)
+      .add_output(output)
+      .add_const_input(condition)
+      .add_const_input(self)
+      .add_const_input(other)
+      .build();
+  launch_kernel(self.device(), registered.kernel_name,
+                [condition = kernel_handle(condition), self = kernel_handle(self), other = kernel_handle(other),
+                 output = kernel_handle(output)] {
+                  at::Tensor into = host_view(output);
+                  at::cpu::where_out(into, host_view(condition), host_view(self), host_view(other));
+                });
+}
 
 struct DirectWhere
     : DirectNative<where_of_tensors, at::Tensor, const at::Tensor&, const at::Tensor&, const at::Tensor&> {
   static at::Tensor call(const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other) {
-    if (any_capture() || !on_one_sim_device(condition, self, other) || !plain(condition) || !plain(self) ||
-        !plain(other) || condition.scalar_type() != at::kBool || self.scalar_type() != other.scalar_type() ||
-        !standard_dtype(self.scalar_type()))
-      return DirectNative::call(condition, self, other);
+    if (!where_of_one_dtype(condition, self, other)) return DirectNative::call(condition, self, other);
     at::Tensor output = at::empty({0}, self.options());
-    at::TensorIteratorConfig()
-        .check_all_same_dtype(false)
-        .add_output(output)
-        .add_const_input(condition)
-        .add_const_input(self)
-        .add_const_input(other)
-        .build();
-    launch_kernel(self.device(), registered->kernel_name,
-                  [condition = kernel_handle(condition), self = kernel_handle(self), other = kernel_handle(other),
-                   output = kernel_handle(output)] {
-                    at::Tensor into = host_view(output);
-                    at::cpu::where_out(into, host_view(condition), host_view(self), host_view(other));
-                  });
+    launch_where(*registered, condition, self, other, output);
     return output;
+  }
+};
+
+// The out= form, into an output of the values' dtype on their device; other calls run as DirectNative's.
+struct DirectWhereOut : DirectNative<&at::native::where_self_out, at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                     const at::Tensor&, at::Tensor&> {
+  static at::Tensor& call(const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other,
+                          at::Tensor& out) {
+    if (!where_of_one_dtype(condition, self, other) || !on_one_sim_device(self, out) || !plain(out) ||
+        out.scalar_type() != self.scalar_type())
+      return DirectNative::call(condition, self, other, out);
+    launch_where(*registered, condition, self, other, out);
+    return out;
   }
 };
 
@@ -1492,8 +1516,7 @@ std::vector<std::string> install_direct_kernels() {
   install<DirectFlashAttention>(m, "_scaled_dot_product_flash_attention_for_cpu");
   install<DirectFlashAttentionBackward>(m, "_scaled_dot_product_flash_attention_for_cpu_backward");
   install<DirectWhere>(m, "where.self");
-  install<DirectNative<&native::where_self_out, at::Tensor&, Tensor, Tensor, Tensor, at::Tensor&>>(
-      m, "where.self_out");
+  install<DirectWhereOut>(m, "where.self_out");
   install_assert_async(m);
   return g_direct_operators;
 }

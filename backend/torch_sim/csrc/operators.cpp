@@ -593,7 +593,7 @@ void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   std::optional<GeometryKey> key;  // of an operator whose outputs follow the arguments' geometry
   std::optional<std::vector<OutputGeometry>> known;
   std::vector<at::Tensor> argument_tensors;
-  if (entry.known_geometries && !where.host_tensor && !any_capture()) {
+  if (entry.known_geometries && !any_capture()) {  // the key refuses a tensor on the host
     key.emplace();
     for (size_t i = 0; i < arguments.size(); ++i) {
       const c10::IValue& value = (*stack)[first + i];
@@ -971,6 +971,25 @@ c10::Scalar sim_local_scalar_dense(const at::Tensor& self) {
 // CPU kernel may answer in channels-last; inductor asserts the strides it planned.
 static at::Tensor contiguous_if_defined(const at::Tensor& t) { return t.defined() ? t.contiguous() : t; }
 
+// The CPU's convolution and its gradient on the host aliases of sim tensors, in a kernel (under a HostScope).
+static at::Tensor host_convolution(const at::Tensor& input, const at::Tensor& weight,
+                                   const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                                   c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                                   c10::IntArrayRef output_padding, int64_t groups) {
+  std::optional<at::Tensor> host_bias = bias ? std::optional<at::Tensor>(host_alias(*bias)) : std::nullopt;
+  return at::convolution(host_alias(input), host_alias(weight), host_bias, stride, padding, dilation, transposed,
+                         output_padding, groups);
+}
+
+static std::tuple<at::Tensor, at::Tensor, at::Tensor> host_convolution_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, c10::IntArrayRef stride,
+    c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
+    int64_t groups, std::array<bool, 3> output_mask) {
+  std::vector<int64_t> bias_sizes{grad_output.size(1)};
+  return at::convolution_backward(host_alias(grad_output), host_alias(input), host_alias(weight), bias_sizes, stride,
+                                  padding, dilation, transposed, output_padding, groups, output_mask);
+}
+
 at::Tensor sim_convolution_overrideable(const at::Tensor& input, const at::Tensor& weight,
                                         const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
                                         c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
@@ -997,10 +1016,8 @@ at::Tensor sim_convolution_overrideable(const at::Tensor& input, const at::Tenso
                     [input, weight, bias, stride = stride.vec(), padding = padding.vec(), dilation = dilation.vec(),
                      transposed, output_padding = output_padding.vec(), groups, output = host_alias(output)] {
                       HostScope scope(input.device());
-                      std::optional<at::Tensor> host_bias =
-                          bias ? std::optional<at::Tensor>(host_alias(*bias)) : std::nullopt;
-                      copy_into_output(at::convolution(host_alias(input), host_alias(weight), host_bias, stride,
-                                                       padding, dilation, transposed, output_padding, groups),
+                      copy_into_output(host_convolution(input, weight, bias, stride, padding, dilation, transposed,
+                                                        output_padding, groups),
                                        output, "aten::convolution_overrideable");
                     });
       return output;
@@ -1010,9 +1027,8 @@ at::Tensor sim_convolution_overrideable(const at::Tensor& input, const at::Tenso
     at::Tensor host_output;
     {
       HostScope scope(input.device());
-      std::optional<at::Tensor> host_bias = bias ? std::optional<at::Tensor>(host_alias(*bias)) : std::nullopt;
-      host_output = at::convolution(host_alias(input), host_alias(weight), host_bias, stride, padding, dilation,
-                                    transposed, output_padding, groups).contiguous();
+      host_output = host_convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
+                                     groups).contiguous();
     }
     output = to_device(host_output, input.device());
   });
@@ -1045,10 +1061,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sim_convolution_backward_override
                      output_aliases = std::array{host_alias(outputs[0]), host_alias(outputs[1]),
                                                  host_alias(outputs[2])}] {
                       HostScope scope(input.device());
-                      std::vector<int64_t> bias_sizes{grad_output.size(1)};
-                      auto [grad_input, grad_weight, grad_bias] = at::convolution_backward(
-                          host_alias(grad_output), host_alias(input), host_alias(weight), bias_sizes, stride, padding,
-                          dilation, transposed, output_padding, groups, output_mask);
+                      auto [grad_input, grad_weight, grad_bias] = host_convolution_backward(
+                          grad_output, input, weight, stride, padding, dilation, transposed, output_padding, groups,
+                          output_mask);
                       const std::string name = "aten::convolution_backward_overrideable";
                       copy_into_output(grad_input, output_aliases[0], name);
                       copy_into_output(grad_weight, output_aliases[1], name);
@@ -1061,10 +1076,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sim_convolution_backward_override
     std::tuple<at::Tensor, at::Tensor, at::Tensor> grads;
     {
       HostScope scope(input.device());
-      std::vector<int64_t> bias_sizes{grad_output.size(1)};
-      auto [grad_input, grad_weight, grad_bias] =
-          at::convolution_backward(host_alias(grad_output), host_alias(input), host_alias(weight), bias_sizes, stride,
-                                   padding, dilation, transposed, output_padding, groups, output_mask);
+      auto [grad_input, grad_weight, grad_bias] = host_convolution_backward(
+          grad_output, input, weight, stride, padding, dilation, transposed, output_padding, groups, output_mask);
       grads = {contiguous_if_defined(grad_input), contiguous_if_defined(grad_weight),
                contiguous_if_defined(grad_bias)};
     }

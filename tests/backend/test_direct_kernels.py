@@ -461,6 +461,8 @@ COVERAGE: dict[str, Coverage] = {
     "clone": Coverage("clone", plain, lambda a, b, c: a.clone(), binary=False),
     "index_select": Coverage("index_select", plain, lambda a, b, c: a.index_select(-1, every_column(a)),
                              binary=False),
+    "gather": Coverage("gather", plain, lambda a, b, c: torch.gather(a, -1, every_column(a).expand_as(a)),
+                       binary=False),
     "cat": Coverage("cat", plain, lambda a, b, c: torch.cat([a, b, a], 0)),
     "native_dropout": Coverage("nn.functional.dropout", native_dropout,
                                lambda a, b, c: seeded_dropout(a, 0.25, True)[0], binary=False),
@@ -594,6 +596,9 @@ def bad_calls() -> dict[str, tuple[Callable, tuple]]:
             lambda a, t: aten.nll_loss_forward(a, t, None, 1, -100), (f32(3, 4), i64(5))),
         "where out=: an out of another dtype": (
             lambda c, a, b, out: torch.where(c, a, b, out=out), (flag(3), f32(3), f32(3), i64(3))),
+        "gather: float indices": (lambda a, i: torch.gather(a, 1, i), (f32(3, 4), f32(3, 2))),
+        "gather: indices of another number of dimensions": (lambda a, i: torch.gather(a, 1, i), (f32(3, 4), i64(3))),
+        "gather: a dimension out of range": (lambda a, i: torch.gather(a, 2, i), (f32(3, 4), i64(3, 2))),
     }
 
 
@@ -1199,12 +1204,21 @@ def test_every_direct_operator_replays_to_the_bits_of_eager(name):
     assert_bit_identical(graph_self, eager_self.cpu(), f"the first operand after replaying {name}")
 
 
-def test_an_index_out_of_range_is_the_devices_error_raised_by_the_next_synchronising_call():
-    """index_select reads its indices on the device, as CUDA's does: the call returns, and the device's error names
-    the kernel and the CPU's reason; the device then runs work again."""
+INDEX_CALLS = {  # each with the CPU's reason for an index out of range
+    "index_select": (lambda weight, indices: weight.index_select(0, indices), "index out of range"),
+    "gather": (lambda weight, indices: torch.gather(weight, 0, indices.unsqueeze(1).expand(2, 3)),
+               "index 7 is out of bounds for dimension 0 with size 5"),
+}
+
+
+@pytest.mark.parametrize("operator", INDEX_CALLS)
+def test_an_index_out_of_range_is_the_devices_error_raised_by_the_next_synchronising_call(operator):
+    """index_select and gather read their indices on the device, as CUDA's do: the call returns, and the device's
+    error names the kernel and the CPU's reason; the device then runs work again."""
+    call, reason = INDEX_CALLS[operator]
     weight = torch.ones(5, 3, device="sim")
     indices = torch.tensor([1, 7], device="sim")
-    weight.index_select(0, indices)
-    with pytest.raises(RuntimeError, match=r"the kernel 'sim::index_select' failed on sim:0 .*index out of range"):
+    call(weight, indices)
+    with pytest.raises(RuntimeError, match=rf"the kernel 'sim::{operator}' failed on sim:0 .*{reason}"):
         torch.sim.synchronize()
-    assert torch.equal(weight.index_select(0, indices.clamp(max=4)).cpu(), torch.ones(2, 3))
+    assert torch.equal(call(weight, indices.clamp(max=4)).cpu(), torch.ones(2, 3))

@@ -50,6 +50,7 @@
 #include <ATen/ops/cat_cpu_dispatch.h>
 #include <ATen/ops/cat_meta_dispatch.h>
 #include <ATen/ops/embedding_dense_backward_cpu_dispatch.h>
+#include <ATen/ops/gather_native.h>
 #include <ATen/ops/index_select_cpu_dispatch.h>
 #include <ATen/ops/where_cpu_dispatch.h>
 #include <ATen/ops/native_layer_norm_backward_cpu_dispatch.h>
@@ -1162,11 +1163,12 @@ struct DirectWhereOut : DirectNative<&at::native::where_self_out, at::Tensor&, c
 };
 
 // ------------------------------------------------------------------------------------ gathering rows
-// index_select (an embedding's lookup) and cat (the gradient of a split, joined key and value heads), for tensors on
-// one sim device of the standard dtypes. The output is sized at the call by the CPU's own rule (cat's meta(), run on
-// the meta device; index_select's contiguous result), which also raises at the call every error those rules raise;
-// the CPU's kernel runs on the device into it. An index out of range is read on the device, so it is the device's
-// error, raised by the next synchronising call (SIM_LAUNCH_BLOCKING=1: by the call), as on CUDA.
+// index_select (an embedding's lookup), gather (a BERT's token types, looked up by position; a structured kernel,
+// DirectHostImpl, installed below) and cat (the gradient of a split, joined key and value heads), for tensors on
+// one sim device of the standard dtypes. The output is sized at the call by the CPU's own rule (cat's and gather's
+// meta(), cat's run on the meta device; index_select's contiguous result), which also raises at the call every error
+// those rules raise; the CPU's kernel runs on the device into it. An index out of range is read on the device, so it
+// is the device's error, raised by the next synchronising call (SIM_LAUNCH_BLOCKING=1: by the call), as on CUDA.
 struct DirectIndexSelect {
   static inline std::optional<Registered> registered;
 
@@ -1512,6 +1514,7 @@ std::vector<std::string> install_direct_kernels() {
   install<DirectComposite<&native::zero_, at::Tensor&, at::Tensor&>>(m, "zero_");
   install<DirectClone>(m, "clone");
   install<DirectIndexSelect>(m, "index_select");
+  install<DirectHostImpl<native::structured_gather_out, Tensor, int64_t, Tensor, bool>>(m, "gather");
   install<DirectCat>(m, "cat");
   install<DirectFlashAttention>(m, "_scaled_dot_product_flash_attention_for_cpu");
   install<DirectFlashAttentionBackward>(m, "_scaled_dot_product_flash_attention_for_cpu_backward");

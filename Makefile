@@ -105,6 +105,7 @@ benchmark: setup
 	$(PYTHON) benchmarks/openmp_teams.py
 	$(PYTHON) benchmarks/thread_time.py
 	$(PYTHON) benchmarks/thread_time.py --workload multiplies
+	$(PYTHON) benchmarks/processor_placement.py
 	$(PYTHON) benchmarks/run_ahead.py
 	$(PYTHON) benchmarks/explorer_speed.py
 	$(PYTHON) benchmarks/trace_speed.py

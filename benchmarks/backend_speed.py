@@ -4,11 +4,16 @@ Every row times sim and the CPU as users run them, by timing.py's `alternating`:
 process with PyTorch's defaults (sim's backward on autograd's device thread), the two taking turns after a warm-up,
 the median of the round medians with their spread. Run: `make benchmark` (or `python benchmarks/backend_speed.py`
 in the project's virtualenv); `--memory discrete` times sim with SIM_MEMORY=discrete, against the same CPU rows.
+A full table (without `--rows`) ends with processor_placement.py's measurement before and after the rows: how fast the
+machine handed work between processors then, which the per-operator rows depend on.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -201,6 +206,20 @@ def device_copies(device: str, size: int = 1024, count: int = 100) -> Callable[[
     return run
 
 
+PLACEMENT = Path(__file__).with_name("processor_placement.py")
+
+
+def placement_lines() -> list[str]:
+    """One measurement by processor_placement.py, its table's header and row: the state the machine was in, whose
+    handover between processors the per-operator rows depend on."""
+    result = subprocess.run([sys.executable, str(PLACEMENT), "--repeat", "1"], capture_output=True, text=True,
+                            cwd=PLACEMENT.parent)
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or len(lines) < 3:
+        raise SystemExit(f"backend_speed.py: processor_placement.py failed:\n{result.stdout}{result.stderr}")
+    return lines[-3:]
+
+
 # a boxed operator's own cost before the asynchronous device was about 600 ns (RESULTS.md, per-op profile); the goal
 # is half of it
 BOXED_TARGET_NS = 300
@@ -216,6 +235,7 @@ def main() -> int:
     memory = arguments.memory
     os.environ["SIM_MEMORY"] = memory  # the worker processes inherit it; the CPU's never touch sim
     rows: list[tuple[str, Timing | None, Timing | None, str]] = []  # None: not measured (--rows)
+    placement = [] if arguments.rows else placement_lines()  # a full table is framed by the machine's state
 
     def compare(label: str, work: Work, target: str, **options: int) -> None:
         if arguments.rows not in label:
@@ -264,6 +284,10 @@ def main() -> int:
         if cpu is None:
             continue
         print(f"| {label:78s} | {cpu.milliseconds():>24s} | {sim.milliseconds():>24s} | {sim.ratio_to(cpu):4.2f}x | {target} |")
+    if placement:
+        print("\nthe machine before and after the rows: sim's 1,000 multiplies of 64x64 in one process with the "
+              "launching thread and the executor placed three ways (benchmarks/processor_placement.py)")
+        print("\n".join([*placement, placement_lines()[-1]]))
     if direct_row[1] is None or boxed_row[1] is None:
         return 0
     direct, boxed = ((sim.median - cpu.median) / 1000 * 1e9 for _, cpu, sim, _ in (direct_row, boxed_row))

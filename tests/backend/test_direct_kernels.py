@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -288,6 +289,12 @@ def embedding_backward_of(a: torch.Tensor) -> torch.Tensor:
     return aten.embedding_dense_backward(x, classes_on(x.device, lookups, 5), 5, -1, False)
 
 
+def arange_into(op, sample, dtype) -> Run:
+    """An arange sample as the out= form torch.arange calls on sim, into an empty tensor of the sample's dtype."""
+    bounds = (sample.input, *sample.args)
+    return (lambda out: torch.arange(*bounds, out=out)), (torch.empty(0, dtype=dtype),), {}
+
+
 def every_column(a: torch.Tensor) -> torch.Tensor:
     """The indices of a's last dimension in order (one index for a 0-dim `a`), copied to a's device by the driver."""
     columns = a.shape[-1] if a.dim() else None
@@ -461,6 +468,9 @@ COVERAGE: dict[str, Coverage] = {
     "clone": Coverage("clone", plain, lambda a, b, c: a.clone(), binary=False),
     "index_select": Coverage("index_select", plain, lambda a, b, c: a.index_select(-1, every_column(a)),
                              binary=False),
+    "arange.start_out": Coverage("arange", arange_into,
+                                 lambda a, b, c: torch.arange(0.5, a.numel(), 1, out=a.view(-1) if a.is_contiguous()
+                                                              else a), binary=False),
     "gather": Coverage("gather", plain, lambda a, b, c: torch.gather(a, -1, every_column(a).expand_as(a)),
                        binary=False),
     "cat": Coverage("cat", plain, lambda a, b, c: torch.cat([a, b, a], 0)),
@@ -596,6 +606,11 @@ def bad_calls() -> dict[str, tuple[Callable, tuple]]:
             lambda a, t: aten.nll_loss_forward(a, t, None, 1, -100), (f32(3, 4), i64(5))),
         "where out=: an out of another dtype": (
             lambda c, a, b, out: torch.where(c, a, b, out=out), (flag(3), f32(3), f32(3), i64(3))),
+        "arange: a zero step": (lambda out: torch.arange(0, 10, 0, out=out), (f32(0),)),
+        "arange: a range that does not end": (lambda out: torch.arange(0, math.inf, 1, out=out), (f32(0),)),
+        "arange: a step against the range": (lambda out: torch.arange(0, 10, -1, out=out), (i64(0),)),
+        "arange: into booleans": (lambda out: torch.arange(0, 2, 1, out=out), (flag(0),)),
+        "arange: into complex numbers": (lambda out: torch.arange(0, 2, 1, out=out), (f32(0).to(torch.complex64),)),
         "gather: float indices": (lambda a, i: torch.gather(a, 1, i), (f32(3, 4), f32(3, 2))),
         "gather: indices of another number of dimensions": (lambda a, i: torch.gather(a, 1, i), (f32(3, 4), i64(3))),
         "gather: a dimension out of range": (lambda a, i: torch.gather(a, 2, i), (f32(3, 4), i64(3, 2))),
@@ -1202,6 +1217,45 @@ def test_every_direct_operator_replays_to_the_bits_of_eager(name):
     graph.replay()
     assert_bit_identical(result, eager.cpu(), f"replayed {name}")
     assert_bit_identical(graph_self, eager_self.cpu(), f"the first operand after replaying {name}")
+
+
+ARANGES = {  # start, end, step, dtype
+    "integers": (3, 17, 2, torch.int64),
+    "a float step": (0, 1, 0.1, torch.float32),
+    "downwards in double": (5, -3, -0.7, torch.float64),
+    "half": (0, 300, 1, torch.float16),
+    "bfloat16 from a float start": (1.5, 9.2, 0.3, torch.bfloat16),
+    "int32 from float bounds": (0.5, 20.5, 3, torch.int32),
+    "empty": (4, 4, 1, torch.float32),
+}
+ARANGE_OUTPUTS = {  # what arange writes into: resized only where its number of elements differs, as on the CPU
+    "empty": lambda dtype: torch.empty(0, dtype=dtype),
+    "2-D": lambda dtype: torch.zeros(2, 7, dtype=dtype),  # the integers' 7 elements: it keeps its shape
+    "transposed": lambda dtype: torch.zeros(7, 2, dtype=dtype).t(),
+    "longer": lambda dtype: torch.zeros(40, dtype=dtype),
+}
+
+
+@pytest.mark.filterwarnings("ignore:The number of elements in the out tensor")
+@pytest.mark.parametrize("output", ARANGE_OUTPUTS)
+@pytest.mark.parametrize("case", ARANGES)
+def test_arange_fills_its_output_with_the_cpus_values_on_the_device(case, output):
+    start, end, step, dtype = ARANGES[case]
+    torch.sim.reset_direct_route_exits()
+    result = assert_same_as_cpu(lambda out: torch.arange(start, end, step, out=out), ARANGE_OUTPUTS[output](dtype),
+                                label=f"arange {case} into {output}")
+    assert result.device.type == "sim"
+    assert torch.sim.direct_route_exits() == {}, "arange left its direct kernel"
+
+
+@pytest.mark.xfail(strict=True, reason="during a graph capture sim learns what a kernel does to its out= tensor from "
+                   "PyTorch's Meta kernel, and arange's resizes an out= tensor of the range's length to one dimension, "
+                   "where the CPU's keeps its shape")
+def test_a_captured_arange_keeps_the_shape_of_an_out_tensor_of_the_ranges_length():
+    out = torch.zeros(2, 7, device="sim")
+    graph, result = captured(lambda: torch.arange(0, 14, 1, out=out))
+    graph.replay()
+    assert result.shape == torch.arange(0, 14, 1, out=torch.zeros(2, 7)).shape == (2, 7)
 
 
 INDEX_CALLS = {  # each with the CPU's reason for an index out of range

@@ -52,6 +52,7 @@ HOST_IMPL_CALLS = {
     "where.self_out": lambda a, b: torch.where(a > 0, a, b, out=torch.empty(0, device=a.device)),
     "index_select": lambda a, b: a.index_select(1, classes_on(a.device)),
     "gather": lambda a, b: torch.gather(a, 1, classes_on(a.device).unsqueeze(1)),
+    "arange.start_out": lambda a, b: torch.arange(0.5, 64, 0.25, device=a.device),
     "cat": lambda a, b: torch.cat([a, b.t()], 1),
     "embedding_dense_backward": lambda a, b: torch.ops.aten.embedding_dense_backward(a, classes_on(a.device), 64, 3,
                                                                                      True),

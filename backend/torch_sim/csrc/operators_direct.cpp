@@ -17,6 +17,7 @@
 
 #include <ATen/Dispatch_v2.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/OpMathType.h>
 #include <ATen/ScalarOps.h>
 #include <ATen/TensorIterator.h>
@@ -47,6 +48,8 @@
 #include <ATen/ops/bernoulli_cpu_dispatch.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward_cpu_dispatch.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_cpu_dispatch.h>
+#include <ATen/ops/arange_cpu_dispatch.h>
+#include <ATen/ops/arange_native.h>
 #include <ATen/ops/cat_cpu_dispatch.h>
 #include <ATen/ops/cat_meta_dispatch.h>
 #include <ATen/ops/embedding_dense_backward_cpu_dispatch.h>
@@ -1162,6 +1165,34 @@ struct DirectWhereOut : DirectNative<&at::native::where_self_out, at::Tensor&, c
   }
 };
 
+// ------------------------------------------------------------------------------------ ranges
+// arange's out= form, which torch.arange calls on every device (a model's positions). The CPU's own rule runs at the
+// call on a meta tensor of the output's dtype: it sizes the output, resized as the CPU resizes it (only when its
+// number of elements differs), and raises at the call every error the CPU raises (a zero step, a range that does not
+// end). The CPU's kernel fills the output on the device.
+struct DirectArange {
+  static inline std::optional<Registered> registered;
+
+  static at::Tensor& call(const c10::Scalar& start, const c10::Scalar& end, const c10::Scalar& step, at::Tensor& out) {
+    const c10::ScalarType type = out.scalar_type();  // the dtypes of the CPU's kernel; others raise its error
+    if (any_capture() || !on_sim(out) || !plain(out) || !standard_dtype(type) || type == c10::kBool ||
+        c10::isComplexType(type)) {
+      on_host_route(*registered, start, end, step, out);
+      return out;
+    }
+    at::Tensor sized = at::empty({0}, out.options().device(c10::kMeta));
+    at::native::arange_out(start, end, step, sized);  // not through the dispatcher: one arange a call, as profiled
+    if (out.numel() != sized.numel()) out.resize_({sized.numel()});
+    // the CPU's kernel fills a contiguous tensor and copies it into any other, which refuses an overlapping one
+    if (!out.is_contiguous()) at::assert_no_internal_overlap(out);
+    launch_kernel(out.device(), registered->kernel_name, [start, end, step, out = kernel_handle(out)] {
+      at::Tensor into = host_view(out);
+      at::cpu::arange_out(into, start, end, step);
+    });
+    return out;
+  }
+};
+
 // ------------------------------------------------------------------------------------ gathering rows
 // index_select (an embedding's lookup), gather (a BERT's token types, looked up by position; a structured kernel,
 // DirectHostImpl, installed below) and cat (the gradient of a split, joined key and value heads), for tensors on
@@ -1513,6 +1544,7 @@ std::vector<std::string> install_direct_kernels() {
   install<DirectFill>(m, "fill_.Scalar");
   install<DirectComposite<&native::zero_, at::Tensor&, at::Tensor&>>(m, "zero_");
   install<DirectClone>(m, "clone");
+  install<DirectArange>(m, "arange.start_out");
   install<DirectIndexSelect>(m, "index_select");
   install<DirectHostImpl<native::structured_gather_out, Tensor, int64_t, Tensor, bool>>(m, "gather");
   install<DirectCat>(m, "cat");

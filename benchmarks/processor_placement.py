@@ -11,13 +11,16 @@ device has finished) in one sim process, three placements taking turns by timing
 
 `--repeat N` measures N times, `--pause S` seconds apart, to show whether the machine's state moves. When the two
 processors' figure is above the one processor's, handing work between processors costs more than switching between
-threads on one. Run: `python benchmarks/processor_placement.py`.
+threads on one. `--watch S` instead alternates short rounds on two processors and on one for S seconds and counts
+the rounds in which two processors took longer than one: the episodes in which the machine hands work between its
+processors slowly, which a measurement of a few seconds can miss. Run: `python benchmarks/processor_placement.py`.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -61,13 +64,42 @@ def placed(work: Callable[[], object], launcher: set[int], executor: set[int]) -
     return run
 
 
+def watch(seconds: float, one: Callable[[], object], two: Callable[[], object]) -> str:
+    """Rounds of three calls on two processors, then on one, for `seconds`: how many rounds found two slower, and
+    the median call of each placement in those rounds and in the others."""
+    rounds: list[tuple[float, float]] = []
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        rounds.append(tuple(statistics.median(seconds_of(placement) for _ in range(3)) for placement in (two, one)))
+    slow = [pair for pair in rounds if pair[0] > pair[1]]
+    fast = [pair for pair in rounds if pair[0] <= pair[1]]
+
+    def medians(pairs: list[tuple[float, float]]) -> str:
+        if not pairs:
+            return "none"
+        return (f"two processors {statistics.median(p[0] for p in pairs) * 1e3:.3f} ms, "
+                f"one {statistics.median(p[1] for p in pairs) * 1e3:.3f} ms")
+
+    return (f"{len(slow)} of {len(rounds)} rounds found two processors slower than one ({medians(slow)}); "
+            f"the other rounds: {medians(fast)}")
+
+
+def seconds_of(work: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    work()
+    return time.perf_counter() - started
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="how many times to measure")
     parser.add_argument("--pause", type=float, default=10.0, help="seconds between measurements")
+    parser.add_argument("--watch", type=float, metavar="SECONDS", help="count slow rounds for SECONDS instead")
     options = parser.parse_args()
     if options.repeat < 1 or options.pause < 0:
         parser.error(f"--repeat must be at least 1 and --pause at least 0, got {options.repeat} and {options.pause}")
+    if options.watch is not None and options.watch <= 0:
+        parser.error(f"--watch takes a number of seconds above 0, got {options.watch}")
     allowed = os.sched_getaffinity(0)
     if len(allowed) < 2:
         parser.error(f"the study needs a process allowed two processors; this one may use {sorted(allowed)}")
@@ -76,6 +108,12 @@ def main() -> int:
     contenders = {"scheduler": placed(work, allowed, allowed),
                   "one processor": placed(work, {first}, {first}),
                   "two processors": placed(work, {first}, {second})}
+    if options.watch is not None:
+        for contender in contenders.values():
+            contender()  # warm
+        print(f"# 1,000 multiplies of 64x64 on sim for {options.watch:g} s: "
+              f"{watch(options.watch, contenders['one processor'], contenders['two processors'])}")
+        return 0
     print(f"# 1,000 multiplies of 64x64 on sim, until the device finished; "
           f"{describe_interleaved(ROUNDS, CALLS, WARM_UP_CALLS)}")
     print("| time (UTC) | scheduler | one processor | two processors | two over one |")

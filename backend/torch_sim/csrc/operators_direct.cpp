@@ -1167,9 +1167,10 @@ struct DirectWhereOut : DirectNative<&at::native::where_self_out, at::Tensor&, c
 
 // ------------------------------------------------------------------------------------ ranges
 // arange's out= form, which torch.arange calls on every device (a model's positions). The CPU's own rule runs at the
-// call on a meta tensor of the output's dtype: it sizes the output, resized as the CPU resizes it (only when its
-// number of elements differs), and raises at the call every error the CPU raises (a zero step, a range that does not
-// end). The CPU's kernel fills the output on the device.
+// call on a meta tensor of the output's dtype: it sizes the output and raises at the call every error the CPU raises
+// (a zero step, a range that does not end). The CPU resizes an output only when its number of elements differs, and
+// warns when it had elements: an empty output is resized at the call, one with elements takes the boxed route, which
+// warns as the CPU does. The CPU's kernel fills the output on the device.
 struct DirectArange {
   static inline std::optional<Registered> registered;
 
@@ -1182,7 +1183,13 @@ struct DirectArange {
     }
     at::Tensor sized = at::empty({0}, out.options().device(c10::kMeta));
     at::native::arange_out(start, end, step, sized);  // not through the dispatcher: one arange a call, as profiled
-    if (out.numel() != sized.numel()) out.resize_({sized.numel()});
+    if (out.numel() != sized.numel()) {
+      if (out.numel() > 0) {
+        on_host_route(*registered, start, end, step, out);
+        return out;
+      }
+      out.resize_({sized.numel()});
+    }
     // the CPU's kernel fills a contiguous tensor and copies it into any other, which refuses an overlapping one
     if (!out.is_contiguous()) at::assert_no_internal_overlap(out);
     launch_kernel(out.device(), registered->kernel_name, [start, end, step, out = kernel_handle(out)] {

@@ -9,11 +9,15 @@ machine with few cores shows here which threads compete for them. Run: `python b
 step, where only launching a kernel and running it are left to compete; the other workloads are backend_speed.py's
 training and optimizer rows. `--sim-threads N` gives sim's processes N intra-op threads (`torch.set_num_threads`),
 which sim's kernels then run with: a study of what sim's OpenMP team costs, not how users run, and not the CPU's
-bits wherever those depend on the number of threads.
+bits wherever those depend on the number of threads. `--host-team alive` has each process's main thread run one
+parallel CPU operation before it builds the workload, as a script that makes its data on the CPU does, so that
+thread's own OpenMP team is alive beside sim's executor's; `--host-team released` then hands that team back to the
+OpenMP runtime (`omp_pause_resource`, OpenMP 5.0) before the workload starts.
 """
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import statistics
@@ -67,7 +71,31 @@ WORKLOADS: dict[str, tuple[str, Callable[[ModuleType, str], Callable[[], object]
 }
 
 
-def measure(device: str, workload: str, sim_threads: int | None = None) -> dict[str, object]:
+HOST_TEAM_CHOICES = ("alive", "released")
+OMP_PAUSE_SOFT = 1  # omp_pause_resource_t's omp_pause_soft
+
+
+def start_host_team(release: bool) -> None:
+    """Runs a parallel CPU operation on this (the main) thread, which starts its OpenMP team; with `release`, hands
+    the team back to the OpenMP runtime afterwards (its worker threads end)."""
+    import torch
+
+    data = torch.ones(1 << 22)
+    data.add_(1)  # 4M elements: well above PyTorch's grain size, so it runs as a parallel region
+    if not release:
+        return
+    runtimes = sorted({line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()
+                       if "/libgomp" in line})
+    if not runtimes:
+        raise SystemExit("thread_time.py: --host-team released needs PyTorch's OpenMP runtime (libgomp), "
+                         "and this torch has not loaded one; run without --host-team")
+    openmp = ctypes.CDLL(runtimes[0])
+    if openmp.omp_pause_resource(OMP_PAUSE_SOFT, openmp.omp_get_initial_device()) != 0:
+        raise SystemExit("thread_time.py: the OpenMP runtime refused to release the main thread's team")
+
+
+def measure(device: str, workload: str, sim_threads: int | None = None,
+            host_team: str | None = None) -> dict[str, object]:
     """Trains `workload` on `device` in this process; the step's time and each thread's share of it, per step."""
     import torch
 
@@ -76,6 +104,8 @@ def measure(device: str, workload: str, sim_threads: int | None = None) -> dict[
 
     if device == "sim" and sim_threads is not None:
         torch.set_num_threads(sim_threads)
+    if host_team is not None:
+        start_host_team(release=host_team == "released")
     step = WORKLOADS[workload][1](backend_speed, device)
     finish = torch.sim.synchronize if device == "sim" else (lambda: None)
     for _ in range(WARM_UP_STEPS):
@@ -105,10 +135,11 @@ def labelled(threads: list[dict[str, object]]) -> dict[str, dict[str, object]]:
     return result
 
 
-def run_worker(device: str, workload: str, sim_threads: int | None) -> dict[str, object]:
+def run_worker(device: str, workload: str, sim_threads: int | None, host_team: str | None) -> dict[str, object]:
     """One fresh process measuring `device`."""
-    threads = [] if sim_threads is None else ["--sim-threads", str(sim_threads)]
-    finished = subprocess.run([sys.executable, __file__, "--worker", device, "--workload", workload, *threads],
+    options = [] if sim_threads is None else ["--sim-threads", str(sim_threads)]
+    options += [] if host_team is None else ["--host-team", host_team]
+    finished = subprocess.run([sys.executable, __file__, "--worker", device, "--workload", workload, *options],
                               capture_output=True, text=True, env=dict(os.environ, SIM_FALLBACK="silent"))
     if finished.returncode != 0:
         last_line = (finished.stderr.strip().splitlines() or ["no output"])[-1]
@@ -122,6 +153,8 @@ def main(arguments: list[str]) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="fresh processes per device, taking turns")
     parser.add_argument("--sim-threads", type=int, help="intra-op threads of sim's processes (a study; default: "
                         "PyTorch's, as the CPU's processes)")
+    parser.add_argument("--host-team", choices=HOST_TEAM_CHOICES, help="the main thread runs a parallel CPU "
+                        "operation first, and its OpenMP team stays alive or is released (a study)")
     parser.add_argument("--worker", choices=("cpu", "sim"), help=argparse.SUPPRESS)
     options = parser.parse_args(arguments)
     if not Path("/proc/self/task").is_dir():
@@ -131,16 +164,19 @@ def main(arguments: list[str]) -> int:
     if options.sim_threads is not None and options.sim_threads < 1:
         parser.error(f"--sim-threads must be at least 1 (torch.set_num_threads), got {options.sim_threads}")
     if options.worker:
-        print(json.dumps(measure(options.worker, options.workload, options.sim_threads)))
+        print(json.dumps(measure(options.worker, options.workload, options.sim_threads, options.host_team)))
         return 0
     results: dict[str, list[dict[str, object]]] = {"cpu": [], "sim": []}
     for _ in range(options.rounds):
         for device in results:
-            results[device].append(run_worker(device, options.workload, options.sim_threads))
+            results[device].append(run_worker(device, options.workload, options.sim_threads, options.host_team))
     processes = f"{options.rounds} fresh process{'es' if options.rounds != 1 else ''}"
     threads = ("" if options.sim_threads is None else
                f"; sim with {options.sim_threads} intra-op thread{'s' if options.sim_threads != 1 else ''} "
                "(torch.set_num_threads: a study, not PyTorch's default)")
+    if options.host_team is not None:
+        threads += (f"; the main thread's OpenMP team started before the workload and {options.host_team} "
+                    "(a study)")
     print(f"# {WORKLOADS[options.workload][0]}: {STEPS} steps after {WARM_UP_STEPS} warm-up, "
           f"{processes} per device taking turns; medians over the processes, per step{threads}")
     steps = {device: statistics.median(run["step_ns"] for run in runs) for device, runs in results.items()}

@@ -12,8 +12,9 @@ Three layers; a real backend has the same three, but its fallback copies:
 - a boxed fallback for every other operator, counted and, by policy, warned about
   or refused (SIM_FALLBACK). A real device's fallback (PyTorch's `at::native::cpu_fallback`)
   copies every tensor argument to the host, runs the CPU kernel and copies the results
-  back. sim's device memory is unified (host code can address it), so its fallback runs the CPU kernel on it
-  with no copy: do not take its speed, or its silence about copies, for a real device's.
+  back. sim's kernels are host code, which reaches device memory while the device's work runs (discrete memory
+  included), so its fallback runs the CPU kernel on it with no copy: do not take its speed, or its silence about
+  copies, for a real device's.
 
 Some operators no fallback can serve, because PyTorch routes every device but the CPU
 to a backend-specific kernel (ROUTED_OPERATORS): the fused RNN cells, and the attention

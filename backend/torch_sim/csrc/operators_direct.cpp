@@ -1453,7 +1453,7 @@ std::map<std::string, int64_t> route_exits() {
   return counts;
 }
 
-// The assertions are not direct kernels of a host loop (torch.sim.direct_operators() leaves them out).
+// The assertions are not direct kernels of a host loop (torch_sim.operators.direct_operators() leaves them out).
 void install_assert_async(torch::Library& m) {
   static std::atomic<int64_t> plain_exits{0}, message_exits{0};
   DirectAssertAsync::registered = registration("_assert_async", plain_exits);

@@ -30,7 +30,7 @@ import torch
 
 import torch_sim  # noqa: F401  (registers the sim device)
 from backend_speed import multiplies
-from timing import describe_interleaved, interleaved
+from timing import describe_interleaved, interleaved, median_seconds
 
 ROUNDS, CALLS, WARM_UP_CALLS = 5, 20, 5
 EXECUTOR_NAME = "sim-executor"
@@ -70,7 +70,7 @@ def watch(seconds: float, one: Callable[[], object], two: Callable[[], object]) 
     rounds: list[tuple[float, float]] = []
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
-        rounds.append(tuple(statistics.median(seconds_of(placement) for _ in range(3)) for placement in (two, one)))
+        rounds.append(tuple(median_seconds(placement, repeats=3) for placement in (two, one)))
     slow = [pair for pair in rounds if pair[0] > pair[1]]
     fast = [pair for pair in rounds if pair[0] <= pair[1]]
 
@@ -82,12 +82,6 @@ def watch(seconds: float, one: Callable[[], object], two: Callable[[], object]) 
 
     return (f"{len(slow)} of {len(rounds)} rounds found two processors slower than one ({medians(slow)}); "
             f"the other rounds: {medians(fast)}")
-
-
-def seconds_of(work: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    work()
-    return time.perf_counter() - started
 
 
 def main() -> int:

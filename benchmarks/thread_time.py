@@ -171,14 +171,14 @@ def main(arguments: list[str]) -> int:
         for device in results:
             results[device].append(run_worker(device, options.workload, options.sim_threads, options.host_team))
     processes = f"{options.rounds} fresh process{'es' if options.rounds != 1 else ''}"
-    threads = ("" if options.sim_threads is None else
+    settings = ("" if options.sim_threads is None else
                f"; sim with {options.sim_threads} intra-op thread{'s' if options.sim_threads != 1 else ''} "
                "(torch.set_num_threads: a study, not PyTorch's default)")
     if options.host_team is not None:
-        threads += (f"; the main thread's OpenMP team started before the workload and {options.host_team} "
+        settings += (f"; the main thread's OpenMP team started before the workload and {options.host_team} "
                     "(a study)")
     print(f"# {WORKLOADS[options.workload][0]}: {STEPS} steps after {WARM_UP_STEPS} warm-up, "
-          f"{processes} per device taking turns; medians over the processes, per step{threads}")
+          f"{processes} per device taking turns; medians over the processes, per step{settings}")
     steps = {device: statistics.median(run["step_ns"] for run in runs) for device, runs in results.items()}
     print(f"step: cpu {steps['cpu'] / 1e3:.0f} us, sim {steps['sim'] / 1e3:.0f} us, "
           f"sim/cpu {steps['sim'] / steps['cpu']:.2f}x")

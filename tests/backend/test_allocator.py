@@ -103,3 +103,24 @@ def test_bad_capacity_in_the_environment_is_a_clear_error():
     result = run_python("import torch", SIM_MEMORY_CAPACITY="a lot")
     assert result.returncode != 0
     assert "SIM_MEMORY_CAPACITY must be a number of bytes such as 1073741824, 512M or 2G" in result.stderr
+
+
+def test_a_block_the_host_frees_behind_a_queued_kernel_is_not_taken_by_an_earlier_kernel():
+    """A direct kernel's handles do not own its inputs' memory, so the host frees an input at once while the multiply
+    that reads it is still queued. A host kernel queued before the multiply allocates as it runs, on the device (the
+    foreach update's number becomes a 0-dim tensor there): it must not take that block, or it overwrites the
+    multiply's input before the multiply has read it."""
+    steps = [torch.zeros((), device="sim")]
+    a_on_host, b = torch.randn(16), torch.randn(16, device="sim")
+    a = a_on_host.to("sim")
+    torch._foreach_add_(steps, 0), a * b  # their first launches, which run before the call returns
+    torch.sim.synchronize()
+    torch.sim.empty_cache()  # the freed input is the one block of its size the cache holds
+    sleep = torch.sim.device_sleep(5_000)
+    torch._foreach_add_(steps, 1)
+    product = a * b
+    del a
+    assert not torch.sim.current_stream().query(), "the multiply ran before its input was freed; the test proves nothing"
+    sleep.wake()
+    assert torch.equal(product.cpu(), a_on_host * b.cpu())
+    assert steps[0].item() == 1

@@ -30,11 +30,19 @@ namespace sim {
 // A free block remembers the streams whose queued work may still use it: the stream it was allocated
 // on and those recordStream() named. It goes back to its own stream at once (the stream's later work
 // runs after the work that used it) and to another stream only once all of those streams are idle.
+// "At once" holds for the host's allocations, whose work is queued after the free. A host kernel allocates
+// as it runs, on the device, where its stream may still hold work queued before the free that uses the block
+// (a direct kernel's handles do not own the memory they name): a kernel takes only blocks freed on the device,
+// or by the host before the kernel was launched (host_free, counted by g_host_frees).
 struct FreeBlock {
   void* ptr;
   c10::StreamId stream;
   std::vector<c10::StreamId> recorded;
+  uint64_t host_free = 0;  // its number among the host's frees; 0: freed by a kernel
 };
+static std::atomic<uint64_t> g_host_frees{0};
+
+uint64_t host_frees_so_far() { return g_host_frees.load(std::memory_order_acquire); }
 using FreeBlocks = std::unordered_map<size_t, std::vector<FreeBlock>>;  // block size -> free blocks
 
 // A graph's private pool (graphs.cpp): the blocks its captures allocated; a freed one waits for the
@@ -79,7 +87,9 @@ static void* take_free_block(FreeBlocks& cached, size_t size, DeviceIndex device
   auto found = cached.find(size);
   if (found == cached.end()) return nullptr;
   auto& blocks = found->second;
+  const uint64_t freed_by_the_host_before = on_device() ? host_frees_before_this_kernel() : UINT64_MAX;
   auto usable = [&](const FreeBlock& block, bool other_streams) {
+    if (block.host_free > freed_by_the_host_before) return false;
     if (!other_streams && (block.stream != stream || !block.recorded.empty())) return false;
     if (block.stream != stream && !stream_idle(device, block.stream)) return false;
     for (c10::StreamId used : block.recorded)
@@ -204,13 +214,14 @@ static bool try_free_block(void* ptr) {
   memory.active_blocks -= 1;
   memory.free_count += 1;
   memory.freed_total += static_cast<int64_t>(block.size);
+  const uint64_t host_free = on_device() ? 0 : g_host_frees.fetch_add(1, std::memory_order_acq_rel) + 1;
   auto pool = memory.graph_pools.find(block.pool);
   if (pool != memory.graph_pools.end() && block.pool != c10::MempoolId_t{0, 0}) {
     pool->second.allocated -= static_cast<int64_t>(block.size);
     memory.graph_pool_allocated -= static_cast<int64_t>(block.size);
-    pool->second.cached[block.size].push_back({ptr, block.stream, std::move(block.recorded)});
+    pool->second.cached[block.size].push_back({ptr, block.stream, std::move(block.recorded), host_free});
   } else {
-    memory.cached[block.size].push_back({ptr, block.stream, std::move(block.recorded)});
+    memory.cached[block.size].push_back({ptr, block.stream, std::move(block.recorded), host_free});
   }
   return true;
 }

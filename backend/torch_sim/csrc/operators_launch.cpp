@@ -37,6 +37,7 @@ namespace sim {
 namespace {
 
 thread_local bool t_on_device = false;
+thread_local uint64_t t_host_frees_before = 0;  // of the kernel this thread runs
 
 // What a launched kernel runs with: the launching thread's state, and the work itself.
 struct Launch {
@@ -47,6 +48,7 @@ struct Launch {
   bool timed;  // the profiler records kernels: the launch notes the device time it ran
   uint64_t correlation;
   int threads = at::get_num_threads();  // the launcher's intra-op threads (torch.set_num_threads)
+  uint64_t host_frees = host_frees_so_far();  // the blocks the kernel's own allocations may take (allocator.cpp)
   TraceOrigin origin = interface_trace_on() ? current_trace_origin() : TraceOrigin{};  // for the interface trace
   c10::WarningHandler* warnings = nullptr;  // run_kernel: the caller's handler, alive while it waits
   const c10::function_ref<void()>* body = nullptr;  // run_kernel: the caller's, alive while it waits
@@ -93,6 +95,7 @@ std::string failure_text(const std::exception& error) {
 int run_launch(void* argument) {
   Launch& launch = *static_cast<Launch*>(argument);
   t_on_device = true;
+  t_host_frees_before = launch.host_frees;
   std::optional<OneIntraOpThread> one_thread;
   if (launch.on_caller) {
     one_thread.emplace();
@@ -169,6 +172,7 @@ HostWait::~HostWait() {
 }
 
 bool on_device() { return t_on_device; }
+uint64_t host_frees_before_this_kernel() { return t_host_frees_before; }
 
 void run_kernel(c10::Device device, const std::string& name, c10::function_ref<void()> body, bool timed,
                 std::optional<int64_t> serial_elements) {

@@ -54,6 +54,8 @@ at::HostAllocator* pinned_allocator();  // registered for PrivateUse1 by the hoo
 // While a host kernel computes for sim:N, the CPU allocator hands out sim:N's memory.
 c10::Allocator* redirecting_cpu_allocator();
 DeviceIndex exchange_host_redirect(DeviceIndex device);  // -1: no redirect; returns the previous one
+// The blocks host threads have freed so far, counted: a kernel allocates only blocks freed before it was launched.
+uint64_t host_frees_so_far();
 
 // ------------------------------------------------------------- guard.cpp
 c10::impl::DeviceGuardImplInterface& guard_impl();
@@ -128,6 +130,8 @@ void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 // ---------------------------------------------------- operators_launch.cpp
 // True while this thread runs a kernel for the device (on the driver's executor).
 bool on_device();
+// Of the kernel this thread runs: host_frees_so_far() when it was launched.
+uint64_t host_frees_before_this_kernel();
 // Runs `body` as a kernel on the current stream of `device`, after the work queued there, and returns once it
 // ran, rethrowing what it threw. `name` names it in errors and, when `timed`, in the profiler's trace. Called
 // from a kernel, it runs `body` at once. `serial_elements`, for a kernel whose host loops split their work between

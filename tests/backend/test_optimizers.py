@@ -8,6 +8,8 @@ from typing import Callable
 import pytest
 import torch
 
+import torch_sim.operators
+
 OPTIMIZERS = {
     "AdamW": (torch.optim.AdamW, {"lr": 0.1, "weight_decay": 0.01}),
     "Adam, amsgrad": (torch.optim.Adam, {"lr": 0.1, "amsgrad": True}),
@@ -42,6 +44,62 @@ def test_an_optimizer_step_on_sim_is_the_cpus_bit_for_bit_through_sims_kernels(o
     on_sim = trained("sim", optimizer, implementation)
     assert torch.sim.fallback_counts() == {}
     assert all(torch.equal(got, want) for got, want in zip(on_sim, expected, strict=True))
+
+
+FUSED_UPDATES = {"AdamW": "aten::_fused_adamw_", "Adam, amsgrad": "aten::_fused_adam_", "SGD, momentum": "aten::_fused_sgd_"}
+
+
+@pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
+def test_a_fused_step_takes_its_direct_kernel(optimizer):
+    """`fused=True` steps call sim's direct kernel of their fused update, which queues the CPU's kernel with no boxed
+    stack and no host aliases; no call of it leaves for the boxed route."""
+    name = FUSED_UPDATES[optimizer]
+    assert name.removeprefix("aten::") in torch_sim.operators.direct_operators()
+    torch.sim.reset_direct_route_exits()
+    trained("sim", optimizer, "fused")
+    assert torch.sim.direct_route_exits() == {}
+
+
+def fused_adamw_lists(device: str, length: int = 3) -> list[list[torch.Tensor]]:
+    """Parameters, gradients, first and second moments, no maximum, and steps of a fused AdamW update."""
+    generator = torch.Generator().manual_seed(0)
+    tensors = [[torch.randn(4, 5, generator=generator).to(device) for _ in range(length)] for _ in range(4)]
+    tensors[3] = [t.abs() for t in tensors[3]]
+    return [*tensors, [], [torch.tensor(3.0).to(device) for _ in range(length)]]
+
+
+@pytest.mark.parametrize("found_inf", [0.0, 1.0])
+def test_a_fused_update_with_a_gradient_scale_is_the_cpus_bit_for_bit_on_its_direct_kernel(found_inf):
+    """A gradient scaler's fused step passes its scale and its flag of infinities as device tensors: the kernel reads
+    both on the device, unscaling the gradients or, with the flag set, leaving every tensor as it was."""
+    results = {}
+    torch.sim.reset_direct_route_exits()
+    for device in ("cpu", "sim"):
+        lists = fused_adamw_lists(device)
+        torch._fused_adamw_(*lists, lr=0.1, beta1=0.9, beta2=0.99, weight_decay=0.01, eps=1e-8, amsgrad=False,
+                            maximize=False, grad_scale=torch.tensor(4.0).to(device),
+                            found_inf=torch.tensor(found_inf).to(device))
+        results[device] = [t for list_ in lists for t in list_]
+    assert torch.sim.direct_route_exits() == {}
+    assert all(torch.equal(got.cpu(), want) for got, want in zip(results["sim"], results["cpu"], strict=True))
+
+
+def test_a_fused_update_the_cpu_refuses_leaves_its_direct_kernel_and_raises_the_cpus_error_at_the_call():
+    """Lists of two lengths take the boxed route, counted against the operator, where the CPU's kernel raises."""
+    def update(device: str) -> None:
+        lists = fused_adamw_lists(device)
+        lists[1] = lists[1][:2]
+        torch._fused_adamw_(*lists, lr=0.1, beta1=0.9, beta2=0.99, weight_decay=0.0, eps=1e-8, amsgrad=False,
+                            maximize=False)
+
+    with pytest.raises(RuntimeError) as on_cpu:
+        update("cpu")
+    torch.sim.reset_direct_route_exits()
+    with pytest.raises(RuntimeError) as on_sim:
+        update("sim")
+    assert str(on_sim.value).splitlines()[0] == str(on_cpu.value).splitlines()[0]
+    assert torch.sim.direct_route_exits() == {"aten::_fused_adamw_": 1}
+    torch.sim.synchronize()
 
 
 # A bound only: each test wakes its sleep once it has seen the work pending, and the host's own steps take a small

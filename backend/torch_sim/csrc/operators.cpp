@@ -510,25 +510,45 @@ static void refuse_quantized_operator(const c10::OperatorHandle& op, c10::Dispat
   refuse_quantized(operator_entry(op).name, dtype);
 }
 
-// Whether the CPU's kernel of a foreach or fused optimizer call will take these arguments: every tensor on `device`,
+// Whether the CPU's kernel of a foreach or fused optimizer call will take these lists: every tensor on `device`,
 // strided, floating point and without lazy bits; the first list not empty, the others of its length or empty (as
 // fused Adam's `max_exp_avg_sqs` without amsgrad); at each position one dtype and one shape (a list it only reads
-// may hold 0-dim tensors there, as the optimizers' steps); a written tensor dense and without internal overlap; a
-// lone tensor 0-dim and on `device`; no complex scalar. Such a call's results are known before it runs (its
-// arguments updated, or new tensors shaped as its first list), so it is launched without waiting, as CUDA's foreach
-// kernels are; any other call takes the waiting route, where the CPU's kernel raises its own error at once.
+// may hold 0-dim tensors there, as the optimizers' steps); a written tensor dense and without internal overlap.
+bool tensors_a_list_kernel_takes(const std::vector<TensorListUse>& lists, c10::Device device) {
+  if (lists.empty() || lists.front().list.empty()) return false;
+  const size_t length = lists.front().list.size();
+  for (const TensorListUse& use : lists)
+    if (!use.list.empty() && use.list.size() != length) return false;
+  for (size_t j = 0; j < length; ++j) {
+    const at::Tensor& reference = lists.front().list[j];
+    if (!reference.defined()) return false;
+    for (const auto& [list, written] : lists) {
+      if (list.empty()) continue;
+      const at::Tensor& t = list[j];
+      if (!t.defined() || t.device() != device || t.layout() != c10::kStrided || !t.is_floating_point() ||
+          t.scalar_type() != reference.scalar_type() || t.is_conj() || t.is_neg())
+        return false;
+      if (t.sizes() != reference.sizes() && (written || t.dim() != 0)) return false;
+      if (written && !t.is_non_overlapping_and_dense()) return false;
+    }
+  }
+  return true;
+}
+
+// Whether the CPU's kernel will take a foreach or fused optimizer call's boxed arguments: lists it takes, a lone
+// tensor 0-dim and on `device`, no complex scalar. Such a call's results are known before it runs (its arguments
+// updated, or new tensors shaped as its first list), so it is launched without waiting, as CUDA's foreach kernels
+// are; any other call takes the waiting route, where the CPU's kernel raises its own error at once.
 static bool cpu_kernel_takes(const c10::FunctionSchema& schema, const torch::jit::Stack& stack, size_t first,
                              c10::Device device) {
   const auto& arguments = schema.arguments();
-  c10::SmallVector<std::pair<c10::List<at::Tensor>, bool>, 6> lists;  // and whether the kernel writes it
+  std::vector<std::pair<std::vector<at::Tensor>, bool>> tensor_lists;  // and whether the kernel writes it
   c10::SmallVector<size_t, 2> scalar_list_lengths;
   for (size_t i = 0; i < arguments.size(); ++i) {
     const c10::IValue& value = stack[first + i];
     const bool written = arguments[i].alias_info() != nullptr && arguments[i].alias_info()->isWrite();
     if (value.isTensorList()) {
-      auto list = value.toTensorList();
-      if (list.empty() && lists.empty()) return false;  // the first list, which the CPU requires to hold a tensor
-      if (!list.empty()) lists.emplace_back(std::move(list), written);
+      tensor_lists.emplace_back(value.toTensorList().vec(), written);
     } else if (value.isTensor()) {
       const at::Tensor& t = value.toTensor();
       if (t.defined() && (written || t.dim() != 0 || t.device() != device || t.is_complex())) return false;
@@ -540,24 +560,11 @@ static bool cpu_kernel_takes(const c10::FunctionSchema& schema, const torch::jit
       return false;
     }
   }
-  if (lists.empty()) return false;
-  const size_t length = lists.front().first.size();
-  for (const auto& [list, written] : lists)
-    if (list.size() != length) return false;
+  std::vector<TensorListUse> lists;
+  for (const auto& [list, written] : tensor_lists) lists.push_back({list, written});
+  if (!tensors_a_list_kernel_takes(lists, device)) return false;
   for (size_t scalars : scalar_list_lengths)
-    if (scalars != length) return false;
-  for (size_t j = 0; j < length; ++j) {
-    const at::Tensor reference = lists.front().first.get(j);
-    if (!reference.defined()) return false;
-    for (const auto& [list, written] : lists) {
-      const at::Tensor t = list.get(j);
-      if (!t.defined() || t.device() != device || t.layout() != c10::kStrided || !t.is_floating_point() ||
-          t.scalar_type() != reference.scalar_type() || t.is_conj() || t.is_neg())
-        return false;
-      if (t.sizes() != reference.sizes() && (written || t.dim() != 0)) return false;
-      if (written && !t.is_non_overlapping_and_dense()) return false;
-    }
-  }
+    if (scalars != lists.front().list.size()) return false;
   return true;
 }
 

@@ -37,6 +37,9 @@
 #include <ATen/ops/addmm_native.h>
 #include <ATen/ops/amax_native.h>
 #include <ATen/ops/_assert_async_native.h>
+#include <ATen/ops/_fused_adam_native.h>
+#include <ATen/ops/_fused_adamw_native.h>
+#include <ATen/ops/_fused_sgd_native.h>
 #include <ATen/ops/bmm_native.h>
 #include <ATen/ops/clamp_max_native.h>
 #include <ATen/ops/clamp_min_native.h>
@@ -1258,6 +1261,89 @@ struct DirectCat {
   }
 };
 
+// ------------------------------------------------------------------------------------------ fused optimizers
+// The fused optimizers' updates (`_fused_adamw_`, `_fused_adam_`, `_fused_sgd_`), which update their lists in place and
+// return nothing. A call whose lists the CPU's kernel takes as they are (the rule of the boxed route's queued updates,
+// tensors_a_list_kernel_takes in operators.cpp), with its optional scale and flag on the same device, is queued: the
+// launch holds handles of every tensor, and the CPU's kernel runs on their host views on the device. Any other call
+// takes the boxed route, where the CPU's kernel raises its own error at the call.
+
+// What a fused update's launch keeps of an argument: handles of its tensors, its numbers as they are.
+template <class T>
+auto kept(const T& value) {
+  if constexpr (std::is_same_v<T, at::TensorList>) {
+    std::vector<at::Tensor> handles;
+    handles.reserve(value.size());
+    for (const at::Tensor& t : value) handles.push_back(kernel_handle(t));
+    return handles;
+  } else {
+    return held(value);
+  }
+}
+
+// A kept argument as the CPU's kernel takes it, on the device: host views of the handles.
+template <class T>
+auto on_host(const T& value) {
+  if constexpr (std::is_same_v<T, std::vector<at::Tensor>>) {
+    std::vector<at::Tensor> views;
+    views.reserve(value.size());
+    for (const at::Tensor& handle : value) views.push_back(host_view(handle));
+    return views;
+  } else if constexpr (std::is_same_v<T, std::optional<at::Tensor>>) {
+    return value ? std::optional<at::Tensor>(host_view(*value)) : std::nullopt;
+  } else {
+    return value;
+  }
+}
+
+template <class T>
+void add_list(const T&, std::vector<TensorListUse>&, bool) {}
+void add_list(at::TensorList list, std::vector<TensorListUse>& lists, bool written) { lists.push_back({list, written}); }
+
+// A scale or a flag the kernel reads from device memory: absent, or one float on the lists' device.
+template <class T>
+bool a_read_number(const T&, c10::Device) {
+  return true;
+}
+bool a_read_number(const std::optional<at::Tensor>& t, c10::Device device) {
+  return !given(t) || (t->device() == device && t->scalar_type() == c10::kFloat && t->numel() == 1 && plain(*t));
+}
+
+template <auto function, class Signature = decltype(function)>
+struct DirectFusedUpdate;
+
+template <auto function, class... Args>
+struct DirectFusedUpdate<function, void (*)(Args...)> {
+  static inline std::optional<Registered> registered;
+
+  static void call(Args... args) {
+    std::vector<TensorListUse> lists;
+    const auto& arguments = registered->op.schema().arguments();
+    size_t index = 0;
+    ((add_list(args, lists, arguments[index].alias_info() != nullptr && arguments[index].alias_info()->isWrite()),
+      ++index), ...);
+    const std::optional<c10::Device> device = lists.front().list.empty()
+                                                  ? std::nullopt
+                                                  : std::optional<c10::Device>(lists.front().list.front().device());
+    if (any_capture() || !device || device->type() != kSim || !tensors_a_list_kernel_takes(lists, *device) ||
+        !(a_read_number(args, *device) && ...)) {
+      on_host_route(*registered, args...);
+      return;
+    }
+    LaunchStorages storages;
+    launch_direct(*registered, *device, operand_kinds(lists.front().list.front()), std::make_unique<Launch>(args...));
+  }
+
+  struct Launch {
+    static constexpr bool calls_no_operator = false;  // the kernel reads each step's number with item()
+    std::tuple<decltype(kept(std::declval<const std::decay_t<Args>&>()))...> arguments;
+    explicit Launch(const Args&... args) : arguments(kept(args)...) {}
+    void operator()() {
+      std::apply([](const auto&... kept_arguments) { function(on_host(kept_arguments)...); }, arguments);
+    }
+  };
+};
+
 // ------------------------------------------------------------------------------------------ attention
 // The CPU's flash attention (PrivateUse1's attention hook runs it, torch_sim/operators.py) and its gradient, for
 // query, key and value of one floating dtype on one sim device, of shapes (batch, heads, tokens, features) that agree,
@@ -1480,6 +1566,16 @@ void scalar_overload(torch::Library& m, const char* name) {
 using Tensor = const at::Tensor&;
 using Scalar = const c10::Scalar&;
 namespace native = at::native;
+using Lists = at::TensorList;
+using OptionalTensor = const std::optional<at::Tensor>&;
+// The CPU's fused Adam and AdamW (lr as a number): params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps;
+// lr, beta1, beta2, weight_decay, eps; amsgrad, maximize; grad_scale, found_inf.
+using AdamUpdate = void (*)(Lists, Lists, Lists, Lists, Lists, Lists, double, double, double, double, double, bool,
+                            bool, OptionalTensor, OptionalTensor);
+// The CPU's fused SGD (lr as a number): params, grads, momentum_buffer_list; weight_decay, momentum, lr, dampening;
+// nesterov, maximize, is_first_step; grad_scale, found_inf.
+using SgdUpdate = void (*)(Lists, Lists, Lists, double, double, double, double, bool, bool, bool, OptionalTensor,
+                           OptionalTensor);
 
 // Returns the operators it gave a direct kernel.
 std::vector<std::string> install_direct_kernels() {
@@ -1557,6 +1653,9 @@ std::vector<std::string> install_direct_kernels() {
   install<DirectCat>(m, "cat");
   install<DirectFlashAttention>(m, "_scaled_dot_product_flash_attention_for_cpu");
   install<DirectFlashAttentionBackward>(m, "_scaled_dot_product_flash_attention_for_cpu_backward");
+  install<DirectFusedUpdate<static_cast<AdamUpdate>(&native::_fused_adamw_kernel_cpu_)>>(m, "_fused_adamw_");
+  install<DirectFusedUpdate<static_cast<AdamUpdate>(&native::_fused_adam_kernel_cpu_)>>(m, "_fused_adam_");
+  install<DirectFusedUpdate<static_cast<SgdUpdate>(&native::_fused_sgd_kernel_cpu_)>>(m, "_fused_sgd_");
   install<DirectWhere>(m, "where.self");
   install<DirectWhereOut>(m, "where.self_out");
   install_assert_async(m);

@@ -126,6 +126,12 @@ std::string sim_kernel_name(const std::string& qualified_name);
 void grow_storage(const c10::Storage& storage, size_t new_bytes);
 // Runs an operator's host (CPU) kernel on device memory, from its boxed stack: sim's route for every operator.
 void compute_on_host(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+// A tensor list argument of a foreach or fused optimizer kernel, and whether the kernel writes its tensors.
+struct TensorListUse {
+  at::TensorList list;
+  bool written;
+};
+bool tensors_a_list_kernel_takes(const std::vector<TensorListUse>& lists, c10::Device device);
 
 // ---------------------------------------------------- operators_launch.cpp
 // True while this thread runs a kernel for the device (on the driver's executor).

@@ -1,11 +1,14 @@
 """sim with SIM_MEMORY=discrete: device memory that host code cannot touch, and everything users do still working.
 
-The driver maps a discrete device's memory with no access and opens it only while its executor runs the device's
-work (sim's kernels, torch.compile's kernels, copies). sim's own tests run again in that mode here: each step's
-tests, launches, pinned memory, the fallback and real models, and the scorecard with its quick sweeps.
+Only the threads running the device's work (sim's kernels, torch.compile's kernels, copies) reach a discrete
+device's memory: where the processor has memory protection keys, each such thread lifts the key's denial for itself
+while it runs a task; where it has none, the driver opens the memory to the whole process while its executor works.
+sim's own tests run again in that mode here: each step's tests, launches, pinned memory, the fallback and real models,
+and the scorecard with its quick sweeps.
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import struct
@@ -44,19 +47,51 @@ def test_memory_mode_answers_the_mode_the_driver_runs(setting, mode, monkeypatch
     assert result.stdout.strip() == mode
 
 
-def test_host_code_reads_unified_memory_and_is_stopped_at_discrete_memory_naming_the_address():
-    command = [sys.executable, "-m", "tests.backend.host_reads_device_memory"]
-    unified = subprocess.run(command, capture_output=True, text=True, cwd=PROJECT, timeout=120,
-                             env={**os.environ, "SIM_MEMORY": "unified"})
-    assert unified.returncode == 0, unified.stderr
-    assert unified.stdout.splitlines()[1] == repr(struct.pack("<f", 1.0))
+def read_device_memory(memory: str, *options: str) -> subprocess.CompletedProcess:
+    """Runs host_reads_device_memory in a fresh process with SIM_MEMORY=`memory`."""
+    return subprocess.run([sys.executable, "-m", "tests.backend.host_reads_device_memory", *options],
+                          capture_output=True, text=True, cwd=PROJECT, timeout=120,
+                          env={**os.environ, "SIM_MEMORY": memory})
 
-    discrete = subprocess.run(command, capture_output=True, text=True, cwd=PROJECT, timeout=120,
-                              env={**os.environ, "SIM_MEMORY": "discrete"})
-    assert discrete.returncode != 0 and len(discrete.stdout.splitlines()) == 1, discrete.stdout
-    address = int(discrete.stdout.strip(), 16)
+
+def assert_stopped_at_the_address(run: subprocess.CompletedProcess) -> None:
+    lines = run.stdout.splitlines()
+    assert run.returncode != 0 and len(lines) == 2, run.stdout + run.stderr
+    assert lines[0] == "computed on the device: [1.0, 2.0, 3.0, 4.0]"
+    address = int(lines[1], 16)
     assert (f"sim: host code touched sim's device memory at {address:#x} (sim:0); with SIM_MEMORY=discrete only "
-            "the driver's copies and kernels reach device memory") in discrete.stderr, discrete.stderr
+            "the driver's copies and kernels reach device memory") in run.stderr, run.stderr
+
+
+def protection_keys_available() -> bool:
+    """Whether this processor and kernel give a process memory protection keys (glibc's pkey_alloc)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if not hasattr(libc, "pkey_alloc"):
+        return False
+    key = libc.pkey_alloc(0, 0)
+    if key < 0:
+        return False
+    libc.pkey_free(key)
+    return True
+
+
+def test_host_code_reads_unified_memory_and_is_stopped_at_discrete_memory_naming_the_address():
+    unified = read_device_memory("unified")
+    assert unified.returncode == 0, unified.stderr
+    assert unified.stdout.splitlines()[2] == repr(struct.pack("<f", 1.0))
+
+    assert_stopped_at_the_address(read_device_memory("discrete"))
+
+
+@pytest.mark.skipif(not protection_keys_available(),
+                    reason="this processor or kernel gives no memory protection keys, so discrete memory is opened to "
+                           "the whole process while the device works, and a host read then goes unnoticed")
+def test_host_code_is_stopped_at_discrete_memory_while_the_device_works():
+    assert_stopped_at_the_address(read_device_memory("discrete", "--while-the-device-works"))
+
+
+def test_without_protection_keys_discrete_memory_is_still_guarded_and_computed_on():
+    assert_stopped_at_the_address(read_device_memory("discrete", "--take-every-protection-key"))
 
 
 def test_every_steps_tests_pass_with_discrete_memory(tmp_path):

@@ -202,9 +202,10 @@ typedef struct simPointerAttributes {
 
 /* Device memory on the current device, aligned to 256 bytes; 0 bytes gives NULL. With
    SIM_MEMORY=discrete, host code that reads or writes it stops the process with a message naming
-   sim's device memory and the address. Best effort: protection is per process, so while the
-   executor is running tasks the memory is open to every thread, and a host access then is not
-   caught; it closes again before a synchronising call returns when no more work is ready. */
+   sim's device memory and the address. Only a thread running a task reaches it, where the
+   processor has memory protection keys; elsewhere protection is per process, so while the
+   executor is running tasks the memory is open to every thread and a host access then is not
+   caught (it closes again before a synchronising call returns when no more work is ready). */
 simStatus_t simMalloc(void** pointer, size_t bytes);
 /* Frees device memory after all work queued on its device has finished; NULL is a no-op. */
 simStatus_t simFree(void* pointer);

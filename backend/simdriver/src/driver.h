@@ -228,9 +228,22 @@ simStatus_t run_on_caller(std::unique_lock<std::mutex>& lock, const std::shared_
 simStatus_t reserve_device_memory(simContext_st& device);
 // Discrete memory: the SIGSEGV handler that names sim's device memory (installed once, at initialisation).
 void install_memory_guard();
-// Opens (or closes) every active device's memory to the executor, for discrete memory.
+// Opens (or closes) every active device's memory to the whole process, for discrete memory guarded with mprotect;
+// nothing where a protection key guards it.
 void open_device_memory();
 void close_device_memory();
+// Lifts a protection key's denial of discrete memory for the calling thread while it lives, and restores the
+// thread's rights after; nothing where no key guards the memory. A task runs inside one.
+class ThreadMemoryAccess {
+ public:
+  ThreadMemoryAccess();
+  ~ThreadMemoryAccess();
+  ThreadMemoryAccess(const ThreadMemoryAccess&) = delete;
+  ThreadMemoryAccess& operator=(const ThreadMemoryAccess&) = delete;
+
+ private:
+  int previous_rights_ = 0;
+};
 // Frees the allocation starting at `pointer` (a queued simFreeAsync); nothing if there is none.
 void release_allocation_at(void* pointer);
 

@@ -3,13 +3,19 @@
 //
 // Each device reserves one range of addresses when its context starts (mmap with MAP_NORESERVE, so
 // no memory is committed until touched) and hands out pieces of it, first fit. With discrete memory
-// the range is PROT_NONE; the executor opens it with mprotect while it runs tasks and closes it
-// when it goes idle, and a SIGSEGV inside a range is reported as a host access to device memory.
-// An mprotect costs in proportion to the pages it changes, and a host thread waiting on a kernel pays
-// one on each side of it, so discrete memory is backed by huge pages (transparent, where the kernel
-// lets a range ask for them) and only the part allocations have reached is ever opened or closed.
-// That part alone asks for huge pages, which keeps it a mapping (VMA) of its own, so that opening and
-// closing it never splits and merges the range's mapping.
+// a SIGSEGV inside a range is reported as a host access to device memory, and the range is guarded
+// in one of two ways:
+// - Where the processor and kernel have memory protection keys (x86's PKU), the ranges carry a key
+//   that denies access, and a thread running a task (the executor, or a host thread running one on
+//   the caller's side) lifts the denial for itself alone while the task runs: a write of its own
+//   PKRU register, no system call. Every other thread stays shut out, even while the device works.
+// - Otherwise the range is PROT_NONE; the executor opens it for the whole process with mprotect
+//   while it runs tasks and closes it when it goes idle. An mprotect costs in proportion to the pages
+//   it changes, and a host thread waiting on a kernel pays one on each side of it, so this memory is
+//   backed by huge pages (transparent, where the kernel lets a range ask for them) and only the part
+//   allocations have reached is ever opened or closed. That part alone asks for huge pages, which
+//   keeps it a mapping (VMA) of its own, so that opening and closing it never splits and merges the
+//   range's mapping.
 #include "driver.h"
 
 #include <signal.h>
@@ -35,6 +41,9 @@ constexpr size_t kHugePage = size_t(2) << 20;  // x86-64's; a range opened in wh
 std::atomic<uintptr_t> g_range_start[simdriver::kMaxDevices];
 std::atomic<uintptr_t> g_range_end[simdriver::kMaxDevices];
 struct sigaction g_previous_segv_action;
+// The protection key of discrete device memory, or -1: no memory is discrete, or the processor, the kernel or an
+// earlier user of the process's keys left none, and the ranges are guarded with mprotect.
+int g_memory_key = -1;
 
 size_t page_size() {
   static const size_t size = static_cast<size_t>(sysconf(_SC_PAGESIZE));
@@ -202,8 +211,14 @@ namespace simdriver {
 
 simStatus_t reserve_device_memory(simContext_st& device) {
   size_t reserved = round_up(std::max(kMinimumReservation, device.limit), page_size());
-  int protection = driver().config.discrete ? PROT_NONE : PROT_READ | PROT_WRITE;
+  int protection = driver().config.discrete && g_memory_key < 0 ? PROT_NONE : PROT_READ | PROT_WRITE;
   void* base = mmap(nullptr, reserved, protection, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (base != MAP_FAILED && g_memory_key >= 0 && pkey_mprotect(base, reserved, protection, g_memory_key) != 0) {
+    const int error = errno;
+    munmap(base, reserved);
+    base = MAP_FAILED;
+    errno = error;
+  }
   if (base == MAP_FAILED)
     return fail(simErrorOutOfMemory, "sim:" + std::to_string(device.device) + " could not reserve " +
                                          format_bytes(reserved) + " of addresses for its memory (" +
@@ -223,6 +238,20 @@ void install_memory_guard() {
   action.sa_flags = SA_SIGINFO | SA_ONSTACK;
   sigemptyset(&action.sa_mask);
   sigaction(SIGSEGV, &action, &g_previous_segv_action);
+  // Denies access to every thread that does not lift it itself; threads the process already has deny keys they
+  // never set up, which is Linux's default for every key but key 0.
+  g_memory_key = pkey_alloc(0, PKEY_DISABLE_ACCESS);
+}
+
+ThreadMemoryAccess::ThreadMemoryAccess() {
+  if (g_memory_key < 0) return;
+  previous_rights_ = pkey_get(g_memory_key);
+  if (previous_rights_ < 0) previous_rights_ = PKEY_DISABLE_ACCESS;
+  if (previous_rights_ != 0) pkey_set(g_memory_key, 0);
+}
+
+ThreadMemoryAccess::~ThreadMemoryAccess() {
+  if (g_memory_key >= 0 && previous_rights_ > 0) pkey_set(g_memory_key, static_cast<unsigned>(previous_rights_));
 }
 
 // Opens the part of `device`'s range between what is open and its extent.
@@ -233,7 +262,7 @@ static void open_to_extent(simContext_st& device) {
 }
 
 void open_device_memory() {
-  if (!driver().config.discrete) return;
+  if (!driver().config.discrete || g_memory_key >= 0) return;
   for (auto& device : driver().devices) {
     if (device->active && !device->open_for_executor) {
       open_to_extent(*device);
@@ -256,7 +285,7 @@ void close_device_memory() {
 // An allocation that reaches past the extent moves it, to a whole huge page; while the device's memory is open
 // (a kernel may be running) the new part opens at once.
 static void extend_to(simContext_st& device, size_t end) {
-  if (!driver().config.discrete || end <= device.extent) return;
+  if (!driver().config.discrete || g_memory_key >= 0 || end <= device.extent) return;
   const auto start = reinterpret_cast<uintptr_t>(device.base);
   const size_t extent = std::min(device.reserved, round_up(start + end, kHugePage) - start);
   // Only a hint: without transparent huge pages the range is backed by small pages and its mprotects cost more.

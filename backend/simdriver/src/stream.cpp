@@ -109,6 +109,7 @@ void copy_bytes(void* dst, const void* src, size_t bytes) {
 
 // Runs a copy, memset or kernel with the mutex released; returns the kernel's code.
 int run_outside_lock(Task& task, std::string* detail) {
+  simdriver::ThreadMemoryAccess access;
   if (task.kind != Task::Kind::Copy && task.kind != Task::Kind::Memset) return simdriver::run_kernel(task, detail);
   const int64_t start_ns = task.activity ? simdriver::device_clock_ns() : 0;
   if (task.kind == Task::Kind::Copy) {

@@ -18,13 +18,16 @@ OPTIMIZERS = {
 
 
 def trained(device: str, optimizer: str, implementation: str,
-            last_step: Callable[[torch.optim.Optimizer], None] | None = None) -> list[torch.Tensor]:
+            last_step: Callable[[torch.optim.Optimizer], None] | None = None,
+            learning_rate_as_tensor: bool = False) -> list[torch.Tensor]:
     """The parameters of a small MLP after three steps of `optimizer`, computed on `device` (`last_step` takes the
     third step itself)."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).to(device)
     inputs = torch.randn(5, 8).to(device)
     kind, settings = OPTIMIZERS[optimizer]
+    if learning_rate_as_tensor:
+        settings = {**settings, "lr": torch.tensor(settings["lr"])}
     step = kind(model.parameters(), **settings, **{implementation: True})
     for number in range(3):
         step.zero_grad()
@@ -58,6 +61,17 @@ def test_a_fused_step_takes_its_direct_kernel(optimizer):
     torch.sim.reset_direct_route_exits()
     trained("sim", optimizer, "fused")
     assert torch.sim.direct_route_exits() == {}
+
+
+@pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
+def test_a_fused_step_with_its_learning_rate_as_a_tensor_is_the_cpus_bit_for_bit_without_the_fallback(optimizer):
+    """A learning rate given as a tensor calls the fused update's `tensor_lr` overload, which sim serves on its boxed
+    route (its queued updates), not through the fallback."""
+    expected = trained("cpu", optimizer, "fused", learning_rate_as_tensor=True)
+    torch.sim.reset_fallback_counts()
+    on_sim = trained("sim", optimizer, "fused", learning_rate_as_tensor=True)
+    assert torch.sim.fallback_counts() == {}
+    assert all(torch.equal(got, want) for got, want in zip(on_sim, expected, strict=True))
 
 
 def fused_adamw_lists(device: str, length: int = 3) -> list[list[torch.Tensor]]:

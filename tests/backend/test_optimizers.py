@@ -67,6 +67,7 @@ def test_a_fused_step_takes_its_direct_kernel(optimizer):
 def test_a_fused_step_with_its_learning_rate_as_a_tensor_is_the_cpus_bit_for_bit_without_the_fallback(optimizer):
     """A learning rate given as a tensor calls the fused update's `tensor_lr` overload, which sim serves on its boxed
     route (its queued updates), not through the fallback."""
+    assert FUSED_UPDATES[optimizer].removeprefix("aten::") + ".tensor_lr" in torch_sim.operators.NATIVE_OPERATORS
     expected = trained("cpu", optimizer, "fused", learning_rate_as_tensor=True)
     torch.sim.reset_fallback_counts()
     on_sim = trained("sim", optimizer, "fused", learning_rate_as_tensor=True)

@@ -251,7 +251,7 @@ ThreadMemoryAccess::ThreadMemoryAccess() {
 }
 
 ThreadMemoryAccess::~ThreadMemoryAccess() {
-  if (g_memory_key >= 0 && previous_rights_ > 0) pkey_set(g_memory_key, static_cast<unsigned>(previous_rights_));
+  if (previous_rights_ > 0) pkey_set(g_memory_key, static_cast<unsigned>(previous_rights_));
 }
 
 // Opens the part of `device`'s range between what is open and its extent.
